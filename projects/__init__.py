@@ -1,0 +1,1 @@
+"""Projects built on the OpenMMLab stack."""

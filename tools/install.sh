@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Install the pinned OpenMMLab stack into .venv/ (idempotent).
+#
+# A second run is a no-op unless this script or requirements.txt changed.
+# mmcv has only an sdist on PyPI; it is compiled once (CPU ops, ~10 min on
+# 2 cores) and the wheel kept in $LISA_WHEEL_CACHE for later installs.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${ROOT}/.venv"
+PY="${VENV}/bin/python"
+WHEELS="${LISA_WHEEL_CACHE:-${HOME}/.cache/lisa-mm/wheels}"
+MMCV_VERSION=2.1.0
+STAMP="${VENV}/.lisa-install-stamp"
+digest="$(cat "$0" "${ROOT}/requirements.txt" "${ROOT}/setup.cfg" | sha256sum | cut -d' ' -f1)"
+
+if [[ -x "${PY}" && -f "${STAMP}" && "$(cat "${STAMP}")" == "${digest}" ]]; then
+    exit 0
+fi
+
+log() { printf '[install] %s\n' "$*"; }
+
+[[ -x "${PY}" ]] || { log "creating ${VENV}"; python3 -m venv "${VENV}"; }
+pip_install() { "${PY}" -m pip install --disable-pip-version-check -q "$@"; }
+
+log "torch, build tools"
+# mmcv's setup.py imports pkg_resources (removed in setuptools 82).
+pip_install -r "${ROOT}/requirements.txt" --only-binary=torch,torchvision \
+    'setuptools<82' wheel torch torchvision numpy
+
+if ! "${PY}" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '${MMCV_VERSION}'" 2>/dev/null; then
+    mkdir -p "${WHEELS}"
+    wheel="$(ls "${WHEELS}"/mmcv-${MMCV_VERSION}-*.whl 2>/dev/null | head -n1 || true)"
+    if [[ -z "${wheel}" ]]; then
+        log "building mmcv ${MMCV_VERSION} with CPU ops (about 10 minutes)"
+        tmp="$(mktemp -d)"
+        trap 'rm -rf "${tmp}"' EXIT
+        "${PY}" -m pip download -q --no-deps --no-binary=:all: "mmcv==${MMCV_VERSION}" -d "${tmp}"
+        tar -xzf "${tmp}"/mmcv-${MMCV_VERSION}.tar.gz -C "${tmp}"
+        # torch >= 2.6 headers require C++20; mmcv 2.1.0 hard-codes c++17.
+        sed -i 's/-std=c++17/-std=c++20/g' "${tmp}/mmcv-${MMCV_VERSION}/setup.py"
+        # Without --no-build-isolation torch is invisible and ops are skipped.
+        (cd "${tmp}/mmcv-${MMCV_VERSION}" && MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-2}" \
+            "${PY}" -m pip wheel -q --no-build-isolation --no-deps . -w "${WHEELS}")
+        wheel="$(ls "${WHEELS}"/mmcv-${MMCV_VERSION}-*.whl | head -n1)"
+    fi
+    log "installing ${wheel##*/}"
+    pip_install --no-deps --force-reinstall "${wheel}"
+fi
+
+log "OpenMMLab packages"
+pip_install -r "${ROOT}/requirements.txt"
+# openmim pulls opendatalab -> openxlab, which downgrades setuptools and
+# requests; mim only shells out to them for dataset downloads.
+pip_install --no-deps "openmim==0.3.9"
+
+log "projects.lisa (editable)"
+pip_install --no-deps --no-build-isolation -e "${ROOT}"
+
+"${PY}" -c "import mmcv.ops, mmseg, mmdet, mmpretrain, mim, projects.lisa" \
+    || { log "import check failed"; exit 1; }
+echo "${digest}" > "${STAMP}"
+log "done: ${VENV}"
