@@ -1,0 +1,1 @@
+"""LiSA models: the attention family and the backbones that use it."""

@@ -1,0 +1,34 @@
+"""One registration point for every LiSA module in every installed OpenMMLab library.
+
+``import projects.lisa`` (or ``custom_imports=dict(imports=['projects.lisa'])``
+in a config) registers each class of :data:`MODULES` into the ``MODELS``
+registry of mmseg, mmdet and mmpretrain, whichever are installed, so the
+same ``type='LiSAPVT'`` resolves in all of their configs.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+SCOPES = ('mmseg', 'mmdet', 'mmpretrain')
+
+
+def _modules() -> list[type]:
+    from .models import backbones
+    return [getattr(backbones, name) for name in backbones.__all__]
+
+
+def register_all_modules() -> list[str]:
+    """Register :func:`_modules` into each installed scope; return the scopes."""
+    if importlib.util.find_spec('mmengine') is None:
+        return []  # torch-only use of projects.lisa.models.attention
+    from .checkpoint import allow_mmengine_checkpoints
+    allow_mmengine_checkpoints()
+    scopes = [s for s in SCOPES if importlib.util.find_spec(s) is not None]
+    modules = _modules()
+    for scope in scopes:
+        registry = importlib.import_module(f'{scope}.registry').MODELS
+        for module in modules:
+            if registry.get(module.__name__) is not module:
+                registry.register_module(module=module)
+    return scopes
