@@ -1,0 +1,54 @@
+"""Evaluate a checkpoint of any LiSA config with MMEngine (mIoU, box/mask AP, top-k).
+
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR]
+    torchrun --nproc_per_node N tools/test.py CONFIG CHECKPOINT --launcher pytorch
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+from mmengine.config import Config, DictAction  # noqa: E402
+
+from projects.lisa.data_check import Runner, check_data_roots  # noqa: E402
+from projects.lisa.dist import setup_cpu_distributed  # noqa: E402
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('config', help='config file')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--work-dir', help='where logs and metrics go (default: work_dirs/<config>)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config entries, key=value')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args()
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if not osp.isfile(args.checkpoint):
+        sys.exit(f'checkpoint {args.checkpoint!r} does not exist')
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
+        'work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg.load_from = args.checkpoint
+    try:
+        check_data_roots(cfg, ('test_dataloader', ))
+    except FileNotFoundError as error:
+        sys.exit(str(error))
+    setup_cpu_distributed(cfg)
+    Runner.from_cfg(cfg).test()
+
+
+if __name__ == '__main__':
+    main()
