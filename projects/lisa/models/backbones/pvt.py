@@ -1,0 +1,207 @@
+"""PVT v1 with a selectable attention per stage.
+
+Pyramid Vision Transformer (Wang et al., ICCV 2021, https://arxiv.org/abs/2102.12122)
+as the LiSA paper uses it (§2 of the notes): LiSA in all four stages without
+spatial reduction, as FLatten-PVT does with its linear attention. With
+``attn_cfgs=[dict(type='softmax', sr_ratio=r) for r in (8, 4, 2, 1)]`` the model
+is mmdet's ``PyramidVisionTransformer`` (same parameters, same outputs given
+the same weights), so a comparison differs only in the attention.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Mapping, Sequence
+
+import torch
+from mmcv.cnn.bricks.transformer import PatchEmbed
+from mmengine.model import BaseModule
+from mmengine.model.weight_init import trunc_normal_
+from mmengine.utils import to_2tuple
+from torch import Tensor, nn
+
+from ..attention import ATTENTIONS
+from .utils import (TransformerBlock, build_stage_attention, check_stage_indices, freeze, init_transformer_weights,
+                    is_pretrained, load_pretrained, nlc_to_nchw, num_stages_of, resize_grid_tokens, resolve_arch,
+                    stage_attn_cfgs)
+
+
+class PVTStage(nn.Module):
+    """Patch embedding (stride = patch size), absolute position embedding, blocks.
+
+    The position embedding is learnt on the ``pos_shape`` grid of the
+    pretraining size and resized bilinearly to other grids (as PVT and mmdet do).
+    """
+
+    def __init__(self, patch_embed: PatchEmbed, pos_shape: Sequence[int], blocks: Sequence[nn.Module],
+                 drop_rate: float = 0.0) -> None:
+        super().__init__()
+        self.patch_embed = patch_embed
+        self.pos_shape = tuple(pos_shape)
+        self.pos_embed = nn.Parameter(torch.zeros(1, math.prod(self.pos_shape), patch_embed.embed_dims))
+        self.pos_drop = nn.Dropout(drop_rate)
+        self.blocks = nn.ModuleList(blocks)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``(B, C_in, H, W) -> (B, C, ceil(H / p), ceil(W / p))``."""
+        x, hw_shape = self.patch_embed(x)
+        x = self.pos_drop(x + resize_grid_tokens(self.pos_embed, self.pos_shape, hw_shape, 'bilinear'))
+        for block in self.blocks:
+            x = block(x, hw_shape)
+        return nlc_to_nchw(x, hw_shape)
+
+
+class LiSAPVT(BaseModule):
+    """PVT v1 backbone whose attention is chosen per stage.
+
+    Args:
+        arch: 't'/'tiny', 's'/'small', 'm'/'medium', 'l'/'large', or a dict
+            with per-stage lists ``embed_dims``, ``depths``, ``num_heads``, ``mlp_ratios``.
+        attn_cfgs: one ``dict(type=NAME, **kwargs)`` for all stages or one per
+            stage; NAME in 'softmax' (PVT's spatial-reduction attention with
+            ``sr_ratio``), 'linear', 'flatten', 'lisa'. The backbone supplies dim,
+            heads, ``qkv_bias``, ``proj_drop=drop_rate``, ``attn_drop=attn_drop_rate``
+            (softmax) and ``pos_shape`` (kernel attentions); kwargs override them.
+            Default: LiSA in every stage (the paper).
+        pretrain_img_size: input size of the pretraining; sets the grids of the
+            position embeddings.
+        patch_sizes: patch size (= stride) of each stage's patch embedding.
+        out_indices: stages whose outputs are returned (strides 4, 8, 16, 32).
+        drop_path_rate: stochastic depth, rising linearly over the blocks.
+        frozen_stages: -1 freezes nothing, 0 the first patch embedding and its
+            position embedding, k the whole stages 1..k.
+        with_cp: gradient checkpointing of every block.
+        init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=...)`` loads an
+            mmpretrain classifier (``prefix='backbone.'``) or an official PVT v1
+            checkpoint (keys converted by :func:`convert_pvt_checkpoint`), with a
+            report of the tensors loaded, newly initialised and unused.
+
+    Inputs of any size: each patch embedding pads the bottom/right edge to a
+    multiple of its patch size (mmcv's 'corner' padding), so stage ``i`` has
+    ``ceil(H / 2^(i+2))`` rows and no input pixel is dropped (mmdet's PVT drops
+    the remainder). The outputs carry no final norm, as in PVT v1.
+    """
+
+    arch_zoo = {
+        **dict.fromkeys(['t', 'tiny'], dict(embed_dims=[64, 128, 320, 512], depths=[2, 2, 2, 2],
+                                            num_heads=[1, 2, 5, 8], mlp_ratios=[8, 8, 4, 4])),
+        **dict.fromkeys(['s', 'small'], dict(embed_dims=[64, 128, 320, 512], depths=[3, 4, 6, 3],
+                                             num_heads=[1, 2, 5, 8], mlp_ratios=[8, 8, 4, 4])),
+        **dict.fromkeys(['m', 'medium'], dict(embed_dims=[64, 128, 320, 512], depths=[3, 4, 18, 3],
+                                              num_heads=[1, 2, 5, 8], mlp_ratios=[8, 8, 4, 4])),
+        **dict.fromkeys(['l', 'large'], dict(embed_dims=[64, 128, 320, 512], depths=[3, 8, 27, 3],
+                                             num_heads=[1, 2, 5, 8], mlp_ratios=[8, 8, 4, 4])),
+    }  # yapf: disable
+    arch_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratios')
+
+    def __init__(
+        self,
+        arch: str | Mapping = 'tiny',
+        attn_cfgs: Mapping | Sequence[Mapping] = dict(type='lisa'),
+        pretrain_img_size: int | Sequence[int] = 224,
+        in_channels: int = 3,
+        patch_sizes: Sequence[int] = (4, 2, 2, 2),
+        out_indices: Sequence[int] = (0, 1, 2, 3),
+        qkv_bias: bool = True,
+        drop_rate: float = 0.0,
+        attn_drop_rate: float = 0.0,
+        drop_path_rate: float = 0.1,
+        act_cfg: dict = dict(type='GELU'),
+        norm_cfg: dict = dict(type='LN', eps=1e-6),
+        frozen_stages: int = -1,
+        with_cp: bool = False,
+        init_cfg: dict | None = None,
+    ) -> None:
+        super().__init__(init_cfg=init_cfg)
+        settings = resolve_arch(arch, self.arch_zoo, self.arch_keys)
+        num_stages = num_stages_of(settings, self.arch_keys)
+        if len(patch_sizes) != num_stages:
+            raise ValueError(f'patch_sizes={tuple(patch_sizes)} needs one entry per stage ({num_stages})')
+        self.out_indices = check_stage_indices(out_indices, frozen_stages, num_stages)
+        self.frozen_stages = frozen_stages
+        attn_cfgs = stage_attn_cfgs(attn_cfgs, num_stages, list(ATTENTIONS))
+        grid = to_2tuple(pretrain_img_size)
+        depths = settings['depths']
+        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        self.stages = nn.ModuleList()
+        for i, (dim, depth, heads, mlp_ratio, patch) in enumerate(
+                zip(*(settings[k] for k in self.arch_keys), patch_sizes)):
+            pos_shape = grid = tuple(math.ceil(g / patch) for g in grid)
+            blocks = [
+                TransformerBlock(
+                    dim,
+                    build_stage_attention(attn_cfgs[i], dim, heads, stage=i, qkv_bias=qkv_bias,
+                                          attn_drop=attn_drop_rate, proj_drop=drop_rate, pos_shape=pos_shape),
+                    mlp_ratio, drop_rate, dpr[sum(depths[:i]) + j], act_cfg, norm_cfg, with_cp) for j in range(depth)
+            ]
+            patch_embed = PatchEmbed(in_channels, dim, kernel_size=patch, stride=patch, padding='corner',
+                                     norm_cfg=norm_cfg)
+            self.stages.append(PVTStage(patch_embed, pos_shape, blocks, drop_rate))
+            in_channels = dim
+        self._freeze_stages()
+
+    def forward(self, x: Tensor) -> tuple[Tensor, ...]:
+        outs = []
+        for i, stage in enumerate(self.stages):
+            x = stage(x)
+            if i in self.out_indices:
+                outs.append(x)
+        return tuple(outs)
+
+    def _freeze_stages(self) -> None:
+        if self.frozen_stages >= 0:
+            freeze(self.stages[0].patch_embed, self.stages[0].pos_embed)
+        for i in range(self.frozen_stages):
+            freeze(self.stages[i])
+
+    def train(self, mode: bool = True) -> LiSAPVT:
+        super().train(mode)
+        self._freeze_stages()
+        return self
+
+    def init_weights(self) -> None:
+        init_transformer_weights(self, conv_fan_out=True)
+        for stage in self.stages:
+            trunc_normal_(stage.pos_embed, std=0.02)
+        if is_pretrained(self.init_cfg):
+            load_pretrained(self, self.init_cfg['checkpoint'], self.init_cfg.get('prefix'), convert_pvt_checkpoint)
+        elif self.init_cfg is not None:
+            super().init_weights()
+
+
+def convert_pvt_checkpoint(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Rename an official PVT v1 checkpoint (github.com/whai362/PVT) to LiSAPVT keys.
+
+    Other state dicts (e.g. of an mmpretrain classifier with a LiSAPVT backbone)
+    pass unchanged. With ``s`` the official 1-based stage and ``j`` the block::
+
+        patch_embed{s}.proj.* / .norm.*   -> stages.{s-1}.patch_embed.projection.* / .norm.*
+        pos_embed{s}                      -> stages.{s-1}.pos_embed  (last stage: class-token row dropped)
+        block{s}.{j}.attn.q.* + attn.kv.* -> stages.{s-1}.blocks.{j}.attn.qkv.*  (rows [q; k; v])
+        block{s}.{j}.mlp.fc1.* / fc2.*    -> stages.{s-1}.blocks.{j}.ffn.layers.0.0.* / ffn.layers.1.*
+        block{s}.{j}.<rest>               -> stages.{s-1}.blocks.{j}.<rest>  (norm1, norm2, attn.proj/sr/norm)
+        cls_token, norm.*, head.*         -> dropped (classification only)
+    """
+    if not any(k.startswith('patch_embed1.') for k in state_dict):
+        return dict(state_dict)
+    pos_stages = [int(k[len('pos_embed'):]) for k in state_dict if re.fullmatch(r'pos_embed\d+', k)]
+    cls_stage = max(pos_stages) if 'cls_token' in state_dict else None
+    out = {}
+    for key, value in state_dict.items():
+        if key == 'cls_token' or key.startswith(('norm.', 'head.')) or re.search(r'\.attn\.kv\.', key):
+            continue
+        if m := re.fullmatch(r'pos_embed(\d+)', key):
+            s = int(m[1])
+            out[f'stages.{s - 1}.pos_embed'] = value[:, 1:] if s == cls_stage else value
+        elif m := re.fullmatch(r'patch_embed(\d+)\.(proj|norm)\.(\w+)', key):
+            out[f'stages.{int(m[1]) - 1}.patch_embed.{"projection" if m[2] == "proj" else "norm"}.{m[3]}'] = value
+        elif m := re.fullmatch(r'block(\d+)\.(\d+)\.(.+)', key):
+            rest = m[3]
+            if rest.startswith('attn.q.'):
+                value = torch.cat([value, state_dict[key.replace('.attn.q.', '.attn.kv.')]])
+                rest = 'attn.qkv.' + rest[len('attn.q.'):]
+            rest = rest.replace('mlp.fc1.', 'ffn.layers.0.0.').replace('mlp.fc2.', 'ffn.layers.1.')
+            out[f'stages.{int(m[1]) - 1}.blocks.{m[2]}.{rest}'] = value
+        else:
+            out[key] = value  # reported as unused
+    return out

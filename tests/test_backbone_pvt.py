@@ -1,0 +1,350 @@
+"""LiSAPVT: the PVT v1 scaffolding (against mmdet's PyramidVisionTransformer) and
+what an OpenMMLab dense-prediction backbone is expected to do."""
+import copy
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import projects.lisa  # noqa: F401  (registers the backbones)
+from projects.lisa.models.attention import (FocusedLinearAttention, LinearAttention, LiSAAttention,
+                                            SoftmaxAttention)
+from projects.lisa.models.backbones import utils
+from projects.lisa.models.backbones.pvt import LiSAPVT, convert_pvt_checkpoint
+from projects.lisa.models.backbones.utils import load_pretrained
+
+mmdet_pvt = pytest.importorskip('mmdet.models.backbones.pvt')
+MMDET_CONFIGS = Path(mmdet_pvt.__file__).parents[2] / '.mim' / 'configs'
+
+TINY = dict(embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1], num_heads=[1, 2, 3, 4], mlp_ratios=[2, 2, 2, 2])
+PVT_SR = [dict(type='softmax', sr_ratio=r) for r in (8, 4, 2, 1)]
+ATTENTION_CLASSES = dict(softmax=SoftmaxAttention, linear=LinearAttention, flatten=FocusedLinearAttention,
+                         lisa=LiSAAttention)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def count(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def official_pvt_state_dict(dims, depths, mlp_ratios, sr_ratios, patch_sizes=(4, 2, 2, 2), img=224):
+    """Random tensors under the key names and shapes of the official PVT v1
+    classifier (whai362/PVT, classification/pvt.py): q and kv projections,
+    stage-4 position embedding with the class token, final norm, class token, head."""
+    def r(*shape):
+        return 0.2 * torch.randn(*shape)
+
+    sd, stride, cin = {}, 1, 3
+    for s, (c, d, m, sr, p) in enumerate(zip(dims, depths, mlp_ratios, sr_ratios, patch_sizes), 1):
+        stride *= p
+        sd.update({f'patch_embed{s}.proj.weight': r(c, cin, p, p), f'patch_embed{s}.proj.bias': r(c),
+                   f'patch_embed{s}.norm.weight': 1 + r(c), f'patch_embed{s}.norm.bias': r(c),
+                   f'pos_embed{s}': r(1, (img // stride) ** 2 + (s == len(dims)), c)})
+        for j in range(d):
+            b = f'block{s}.{j}.'
+            sd.update({b + 'norm1.weight': 1 + r(c), b + 'norm1.bias': r(c),
+                       b + 'attn.q.weight': r(c, c), b + 'attn.q.bias': r(c),
+                       b + 'attn.kv.weight': r(2 * c, c), b + 'attn.kv.bias': r(2 * c),
+                       b + 'attn.proj.weight': r(c, c), b + 'attn.proj.bias': r(c),
+                       b + 'norm2.weight': 1 + r(c), b + 'norm2.bias': r(c),
+                       b + 'mlp.fc1.weight': r(m * c, c), b + 'mlp.fc1.bias': r(m * c),
+                       b + 'mlp.fc2.weight': r(c, m * c), b + 'mlp.fc2.bias': r(c)})
+            if sr > 1:
+                sd.update({b + 'attn.sr.weight': r(c, c, sr, sr), b + 'attn.sr.bias': r(c),
+                           b + 'attn.norm.weight': 1 + r(c), b + 'attn.norm.bias': r(c)})
+        cin = c
+    sd.update({'norm.weight': 1 + r(dims[-1]), 'norm.bias': r(dims[-1]), 'cls_token': r(1, 1, dims[-1]),
+               'head.weight': r(10, dims[-1]), 'head.bias': r(10)})
+    return sd
+
+
+def pretrained(path, prefix=None):
+    return dict(type='Pretrained', checkpoint=str(path), **({'prefix': prefix} if prefix else {}))
+
+
+# ---------------------------------------------------------------- scaffolding parity with mmdet
+
+
+def test_tiny_with_pvt_softmax_has_exactly_the_parameters_of_mmdet_pvt_t_from_its_config():
+    from mmengine.config import Config
+    from mmdet.registry import MODELS
+    cfg = Config.fromfile(MMDET_CONFIGS / 'pvt' / 'retinanet_pvt-t_fpn_1x_coco.py')
+    reference = MODELS.build(cfg.model.backbone)
+    ours = LiSAPVT(arch='tiny', attn_cfgs=PVT_SR)
+    assert count(ours) == count(reference)
+    assert [sum(p.numel() for p in s.parameters()) for s in ours.stages] == [
+        sum(p.numel() for p in layer.parameters()) for layer in reference.layers]
+
+
+@pytest.mark.parametrize('size', [(224, 224), (160, 96)])
+def test_softmax_model_computes_what_mmdet_pvt_computes_from_the_same_official_checkpoint(tmp_path, size):
+    arch = dict(embed_dims=[8, 16, 24, 32], depths=[2, 1, 1, 1], num_heads=[1, 2, 3, 4], mlp_ratios=[2, 2, 2, 2])
+    official = official_pvt_state_dict(arch['embed_dims'], arch['depths'], arch['mlp_ratios'], (8, 4, 2, 1))
+    reference = mmdet_pvt.PyramidVisionTransformer(embed_dims=8, num_layers=arch['depths'], num_heads=[1, 2, 3, 4],
+                                                   mlp_ratios=arch['mlp_ratios']).eval()
+    reference.load_state_dict(mmdet_pvt.pvt_convert(official), strict=True)
+    torch.save(official, tmp_path / 'pvt_official.pth')
+    ours = LiSAPVT(arch=arch, attn_cfgs=PVT_SR, init_cfg=pretrained(tmp_path / 'pvt_official.pth'))
+    ours.init_weights()
+    ours.eval()
+    x = torch.randn(2, 3, *size)
+    with torch.no_grad():
+        for a, b in zip(ours(x), reference(x), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- attention per stage
+
+
+def test_default_is_lisa_in_all_four_stages_without_spatial_reduction():
+    model = LiSAPVT(arch='tiny')
+    for i, stage in enumerate(model.stages):
+        for block in stage.blocks:
+            assert type(block.attn) is LiSAAttention
+            assert block.attn.positional_encoding.pos_shape == (56 // 2 ** i, 56 // 2 ** i)
+    assert not any('.sr.' in name for name, _ in model.named_parameters())
+
+
+@pytest.mark.parametrize('name', sorted(ATTENTION_CLASSES))
+def test_every_attention_runs_in_every_stage(name):
+    model = LiSAPVT(arch=TINY, attn_cfgs=dict(type=name), pretrain_img_size=64)
+    assert all(type(b.attn) is ATTENTION_CLASSES[name] for s in model.stages for b in s.blocks)
+    x = torch.randn(1, 3, 64, 64, requires_grad=True)
+    outs = model(x)
+    sum(o.square().mean() for o in outs).backward()
+    assert [tuple(o.shape) for o in outs] == [(1, 8, 16, 16), (1, 16, 8, 8), (1, 24, 4, 4), (1, 32, 2, 2)]
+    assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+
+
+def test_stages_take_their_own_attention_and_its_hyper_parameters():
+    cfgs = [dict(type='softmax', sr_ratio=4), dict(type='linear'),
+            dict(type='flatten', focusing_factor=2.0, dwc_kernel_size=3),
+            dict(type='lisa', num_steps=5, step_weights='geometric', beta=0.3, use_local=False, dwc=False)]
+    model = LiSAPVT(arch=TINY, attn_cfgs=cfgs, pretrain_img_size=64, qkv_bias=False, drop_rate=0.2,
+                    attn_drop_rate=0.1)
+    a0, a1, a2, a3 = (s.blocks[0].attn for s in model.stages)
+    assert (type(a0), a0.sr_ratio, a0.attn_drop, a0.qkv.bias) == (SoftmaxAttention, 4, 0.1, None)
+    assert type(a1) is LinearAttention and a1.positional_encoding.pos_shape == (8, 8)
+    assert (a2.focusing_factor, a2.dwc.kernel_size) == (2.0, (3, 3))
+    assert (a3.num_steps, a3.step_weights, a3.beta, a3.use_local, a3.dwc, a3.step_mlp) == (
+        5, 'geometric', 0.3, False, None, None)
+    assert all(a.proj_drop.p == 0.2 for a in (a0, a1, a2, a3))
+    assert model(torch.randn(1, 3, 64, 64))[0].shape == (1, 8, 16, 16)
+
+
+# ---------------------------------------------------------------- dense-prediction behaviour
+
+
+@pytest.mark.parametrize('out_indices', [(0, 1, 2, 3), (3,), (1, 2)])
+def test_outputs_have_the_channels_and_strides_4_8_16_32_of_the_chosen_stages(out_indices):
+    model = LiSAPVT(arch=TINY, out_indices=out_indices, pretrain_img_size=64)
+    outs = model(torch.randn(2, 3, 96, 64))
+    assert [tuple(o.shape) for o in outs] == [
+        (2, TINY['embed_dims'][i], 96 // 4 // 2 ** i, 64 // 4 // 2 ** i) for i in out_indices]
+
+
+@pytest.mark.parametrize('name', ['softmax', 'lisa'])
+@pytest.mark.parametrize('size', [(33, 33), (100, 67)])
+def test_any_input_size_is_padded_so_stage_i_has_ceil_of_size_over_its_stride(name, size):
+    cfg = [dict(type='softmax', sr_ratio=r) for r in (2, 2, 1, 1)] if name == 'softmax' else dict(type=name)
+    model = LiSAPVT(arch=TINY, attn_cfgs=cfg, pretrain_img_size=64)
+    outs = model(torch.randn(1, 3, *size))
+    assert [tuple(o.shape[2:]) for o in outs] == [
+        (math.ceil(size[0] / 2 ** (i + 2)), math.ceil(size[1] / 2 ** (i + 2))) for i in range(4)]
+    assert all(torch.isfinite(o).all() for o in outs)
+
+
+def test_position_embedding_is_resized_bilinearly_from_the_pretraining_grid():
+    stage = LiSAPVT(arch=TINY, attn_cfgs=dict(type='linear'), pretrain_img_size=64).stages[0]
+    stage.pos_embed.data.normal_()
+    grid = stage.pos_embed.reshape(1, 16, 16, 8).permute(0, 3, 1, 2)
+    expected = F.interpolate(grid, size=(24, 10), mode='bilinear', align_corners=False).flatten(2).transpose(1, 2)
+    got = utils.resize_grid_tokens(stage.pos_embed, stage.pos_shape, (24, 10), 'bilinear')
+    torch.testing.assert_close(got, expected)
+
+
+def test_stochastic_depth_rises_linearly_over_the_blocks():
+    model = LiSAPVT(arch=dict(TINY, depths=[2, 1, 2, 1]), drop_path_rate=0.5, pretrain_img_size=64)
+    rates = [b.drop_path.drop_prob for s in model.stages for b in s.blocks]
+    assert rates == pytest.approx(torch.linspace(0, 0.5, 6).tolist())
+    assert [b.ffn.dropout_layer.drop_prob for s in model.stages for b in s.blocks] == rates
+
+
+def test_with_cp_gives_the_same_outputs_and_gradients_in_train_mode(monkeypatch):
+    calls = []
+    monkeypatch.setattr(utils, 'checkpoint', lambda *a, **k: calls.append(1) or torch.utils.checkpoint.checkpoint(
+        *a, **k))
+    kwargs = dict(arch=TINY, pretrain_img_size=64, drop_rate=0.1, drop_path_rate=0.3)
+    plain, cp = LiSAPVT(**kwargs).train(), LiSAPVT(with_cp=True, **kwargs).train()
+    cp.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 3, 64, 64)
+    results = []
+    for model in (plain, cp):
+        torch.manual_seed(1)
+        outs = model(x)
+        sum((o * torch.linspace(-1, 1, o.shape[-1])).sum() for o in outs).backward()
+        results.append((outs, [p.grad for p in model.parameters()]))
+    assert len(calls) == 4
+    for a, b in zip(*(outs for outs, _ in results)):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(*(grads for _, grads in results)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize('frozen_stages', [0, 2])
+def test_frozen_stages_get_no_gradient_stay_in_eval_mode_and_do_not_change(frozen_stages):
+    model = LiSAPVT(arch=TINY, pretrain_img_size=64, drop_rate=0.1, frozen_stages=frozen_stages)
+    model.init_weights()
+    model.train()
+    frozen = ([model.stages[0].patch_embed] if frozen_stages == 0 else list(model.stages[:frozen_stages]))
+    frozen_params = {id(p) for m in frozen for p in m.parameters()}
+    if frozen_stages == 0:
+        frozen_params.add(id(model.stages[0].pos_embed))
+    assert all(not m.training for f in frozen for m in f.modules())
+    assert all(m.training for m in model.stages[-1].modules())
+    before = copy.deepcopy(model.state_dict())
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1)
+    sum(o.square().mean() for o in model(torch.randn(2, 3, 64, 64))).backward()
+    opt.step()
+    after = model.state_dict()
+    for name, p in model.named_parameters():
+        if id(p) in frozen_params:
+            assert not p.requires_grad and p.grad is None and torch.equal(before[name], after[name]), name
+        else:  # trained (LiSA's step MLP starts with zero gradient in its first layer: grad, not change)
+            assert p.requires_grad and p.grad is not None, name
+    assert not torch.equal(before['stages.3.blocks.0.attn.qkv.weight'], after['stages.3.blocks.0.attn.qkv.weight'])
+
+
+@pytest.mark.parametrize('scope', ['mmseg', 'mmdet', 'mmpretrain'])
+def test_builds_by_type_name_from_each_registry(scope):
+    import importlib
+    registry = importlib.import_module(f'{scope}.registry').MODELS
+    model = registry.build(dict(type='LiSAPVT', arch=TINY, pretrain_img_size=64, out_indices=(1, 3)))
+    assert type(model) is LiSAPVT and model.out_indices == (1, 3)
+
+
+# ---------------------------------------------------------------- pretrained weights
+
+
+def test_mmpretrain_classifier_checkpoint_loads_back_exactly_with_the_backbone_prefix(tmp_path):
+    from mmpretrain.registry import MODELS
+    import mmpretrain.models  # noqa: F401  (registers ImageClassifier)
+    backbone = dict(type='LiSAPVT', arch=TINY, pretrain_img_size=64)
+    classifier = MODELS.build(dict(type='ImageClassifier', backbone=backbone,
+                                   neck=dict(type='GlobalAveragePooling'),
+                                   head=dict(type='LinearClsHead', num_classes=5, in_channels=32)))
+    for p in classifier.parameters():
+        p.data.normal_()
+    torch.save({'state_dict': classifier.state_dict(), 'meta': {'epoch': 1}}, tmp_path / 'cls.pth')
+
+    model = LiSAPVT(arch=TINY, pretrain_img_size=64, init_cfg=pretrained(tmp_path / 'cls.pth', 'backbone.'))
+    model.init_weights()
+    assert model.state_dict().keys() == classifier.backbone.state_dict().keys()
+    for key, value in classifier.backbone.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key
+    report = load_pretrained(LiSAPVT(arch=TINY, pretrain_img_size=64), str(tmp_path / 'cls.pth'), 'backbone.',
+                             convert_pvt_checkpoint)
+    assert report.complete and not report.converted and len(report.loaded) == len(model.state_dict())
+
+
+def test_official_checkpoint_initialises_every_shared_weight_and_reports_the_lisa_ones_as_new(tmp_path):
+    official = official_pvt_state_dict(TINY['embed_dims'], TINY['depths'], TINY['mlp_ratios'], (8, 4, 2, 1), img=64)
+    torch.save({'model': official}, tmp_path / 'pvt_tiny.pth')
+    model = LiSAPVT(arch=TINY, pretrain_img_size=64)
+    model.init_weights()
+    fresh = copy.deepcopy(model.state_dict())
+    report = load_pretrained(model, str(tmp_path / 'pvt_tiny.pth'), convert=convert_pvt_checkpoint)
+
+    lisa_only = ('scale', 'positional_encoding.weight', 'dwc.weight', 'dwc.bias', 'alpha', 'step_mlp.0.weight',
+                 'step_mlp.0.bias', 'step_mlp.2.weight', 'step_mlp.2.bias')
+    assert report.converted and not report.mismatched and not report.resized
+    assert sorted(report.missing) == sorted(f'stages.{s}.blocks.0.attn.{n}' for s in range(4) for n in lisa_only)
+    assert sorted(report.unexpected) == sorted(f'stages.{s}.blocks.0.attn.{n}.{t}' for s in range(3)
+                                               for n in ('sr', 'norm') for t in ('weight', 'bias'))
+    state = model.state_dict()
+    for key in report.missing:
+        assert torch.equal(state[key], fresh[key]), key
+    torch.testing.assert_close(state['stages.2.blocks.0.attn.qkv.weight'], torch.cat(
+        [official['block3.0.attn.q.weight'], official['block3.0.attn.kv.weight']]))
+    torch.testing.assert_close(state['stages.3.pos_embed'], official['pos_embed4'][:, 1:])
+    torch.testing.assert_close(state['stages.1.blocks.0.ffn.layers.1.weight'], official['block2.0.mlp.fc2.weight'])
+    assert 'newly initialised, not in the checkpoint (36)' in str(report)
+    assert 'unused, not in this model (12)' in str(report)
+
+
+def test_position_tables_from_another_pretraining_size_are_resized_bicubically(tmp_path):
+    source = LiSAPVT(arch=TINY, pretrain_img_size=32)
+    for p in source.parameters():
+        p.data.normal_()
+    torch.save({'state_dict': source.state_dict()}, tmp_path / 'small.pth')
+    model = LiSAPVT(arch=TINY, pretrain_img_size=64)
+    report = load_pretrained(model, str(tmp_path / 'small.pth'), convert=convert_pvt_checkpoint)
+    assert report.complete and len(report.resized) == 8
+    for key in ('stages.0.pos_embed', 'stages.2.blocks.0.attn.positional_encoding.weight'):
+        old = source.state_dict()[key]
+        side = math.isqrt(old.shape[1])
+        expected = F.interpolate(old.reshape(1, side, side, -1).permute(0, 3, 1, 2), size=(2 * side, 2 * side),
+                                 mode='bicubic', align_corners=False).flatten(2).transpose(1, 2)
+        torch.testing.assert_close(model.state_dict()[key], expected)
+
+
+def test_shape_mismatches_are_reported_and_left_initialised(tmp_path):
+    source = LiSAPVT(arch=dict(TINY, mlp_ratios=[4, 2, 2, 2]), pretrain_img_size=64)
+    torch.save(source.state_dict(), tmp_path / 'other.pth')
+    model = LiSAPVT(arch=TINY, pretrain_img_size=64)
+    fresh = copy.deepcopy(model.state_dict())
+    report = load_pretrained(model, str(tmp_path / 'other.pth'), convert=convert_pvt_checkpoint)
+    assert [(k, a, b) for k, a, b in report.mismatched] == [
+        ('stages.0.blocks.0.ffn.layers.0.0.weight', (32, 8), (16, 8)),
+        ('stages.0.blocks.0.ffn.layers.0.0.bias', (32,), (16,)),
+        ('stages.0.blocks.0.ffn.layers.1.weight', (8, 32), (8, 16))]
+    assert not report.missing and not report.unexpected and not report.complete
+    assert 'stages.0.blocks.0.ffn.layers.1.weight checkpoint (8, 32) vs model (8, 16)' in str(report)
+    for key, _, _ in report.mismatched:
+        assert torch.equal(model.state_dict()[key], fresh[key])
+    torch.testing.assert_close(model.state_dict()['stages.1.blocks.0.attn.qkv.weight'],
+                               source.state_dict()['stages.1.blocks.0.attn.qkv.weight'])
+
+
+def test_a_prefix_absent_from_the_checkpoint_is_an_error(tmp_path):
+    torch.save(LiSAPVT(arch=TINY, pretrain_img_size=64).state_dict(), tmp_path / 'bare.pth')
+    model = LiSAPVT(arch=TINY, pretrain_img_size=64, init_cfg=pretrained(tmp_path / 'bare.pth', 'backbone.'))
+    with pytest.raises(KeyError, match="prefix 'backbone.'"):
+        model.init_weights()
+
+
+# ---------------------------------------------------------------- configuration errors
+
+
+@pytest.mark.parametrize('kwargs, error, match', [
+    (dict(arch='huge'), ValueError, r"arch='huge' is not one of \['l', 'large', 'm', 'medium', 's', 'small'"),
+    (dict(arch=dict(embed_dims=[8], depths=[1])), ValueError, 'custom arch must be a dict with exactly the keys'),
+    (dict(arch=dict(TINY, depths=[1, 1, 1])), ValueError, r'one entry per stage .* lengths'),
+    (dict(attn_cfgs=[dict(type='lisa')] * 3), ValueError, r'attn_cfgs has 3 entries; .* per stage \(4\)'),
+    (dict(attn_cfgs=dict(type='performer')), ValueError, r"attn_cfgs\[0\].*'performer'.*'flatten', 'linear'"),
+    (dict(attn_cfgs=dict(type='window')), ValueError, r"one of \['flatten', 'linear', 'lisa', 'softmax'\]"),
+    (dict(attn_cfgs=dict(type='lisa', sr_ratio=2)), TypeError, r"stage 0 attention .*sr_ratio"),
+    (dict(attn_cfgs=dict(type='lisa', num_steps=0)), ValueError, r'stage 0 attention .*num_steps=0'),
+    (dict(patch_sizes=(4, 2, 2)), ValueError, r'patch_sizes=\(4, 2, 2\) needs one entry per stage \(4\)'),
+    (dict(out_indices=(0, 4)), ValueError, r'out_indices=\(0, 4\) must be distinct stage indices in \[0, 4\)'),
+    (dict(frozen_stages=5), ValueError, r'frozen_stages=5 must be in \[-1, 4\]'),
+])
+def test_bad_configurations_are_rejected_with_a_clear_message(kwargs, error, match):
+    kwargs = dict(dict(arch=TINY, pretrain_img_size=64), **kwargs)
+    with pytest.raises(error, match=match):
+        LiSAPVT(**kwargs)
+
+
+def test_arch_names_short_and_long_give_the_paper_presets():
+    paper_depths = dict(tiny=[2, 2, 2, 2], small=[3, 4, 6, 3], medium=[3, 4, 18, 3], large=[3, 8, 27, 3])
+    for name, depths in paper_depths.items():
+        for alias in (name, name[0], name.upper()):
+            settings = utils.resolve_arch(alias, LiSAPVT.arch_zoo, LiSAPVT.arch_keys)
+            assert settings == dict(embed_dims=[64, 128, 320, 512], depths=depths, num_heads=[1, 2, 5, 8],
+                                    mlp_ratios=[8, 8, 4, 4])

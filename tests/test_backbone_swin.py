@@ -1,0 +1,374 @@
+"""LiSASwinTransformer: the Swin scaffolding (against mmseg's SwinTransformer) and
+what an OpenMMLab dense-prediction backbone is expected to do."""
+import copy
+import importlib
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import projects.lisa  # noqa: F401  (registers the backbones)
+from projects.lisa.models.attention import (FocusedLinearAttention, LinearAttention, LiSAAttention,
+                                            SoftmaxAttention)
+from projects.lisa.models.backbones import utils
+from projects.lisa.models.backbones.swin import (LiSASwinTransformer, ShiftedWindowAttention,
+                                                 convert_swin_checkpoint)
+from projects.lisa.models.backbones.utils import load_pretrained
+
+mmseg_swin = pytest.importorskip('mmseg.models.backbones.swin')
+MMSEG_CONFIGS = Path(mmseg_swin.__file__).parents[2] / '.mim' / 'configs'
+
+TINY = dict(embed_dims=8, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
+SMALL_INPUT = dict(arch=TINY, window_size=4, pretrain_img_size=64)
+ATTENTION_CLASSES = dict(window=ShiftedWindowAttention, softmax=SoftmaxAttention, linear=LinearAttention,
+                         flatten=FocusedLinearAttention, lisa=LiSAAttention)
+LISA_ONLY = ('scale', 'positional_encoding.weight', 'dwc.weight', 'dwc.bias', 'alpha', 'step_mlp.0.weight',
+             'step_mlp.0.bias', 'step_mlp.2.weight', 'step_mlp.2.bias')
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def count(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def official_swin_state_dict(embed_dims, depths, num_heads, window=7, img=224):
+    """Random tensors under the key names and shapes of the official Swin
+    classifier (microsoft/Swin-Transformer, models/swin_transformer.py),
+    including its buffers relative_position_index and attn_mask."""
+    def r(*shape):
+        return 0.2 * torch.randn(*shape)
+
+    sd = {'patch_embed.proj.weight': r(embed_dims, 3, 4, 4), 'patch_embed.proj.bias': r(embed_dims),
+          'patch_embed.norm.weight': 1 + r(embed_dims), 'patch_embed.norm.bias': r(embed_dims)}
+    res = img // 4
+    for i, (depth, heads) in enumerate(zip(depths, num_heads)):
+        c, w = embed_dims * 2 ** i, min(window, res)
+        for j in range(depth):
+            b = f'layers.{i}.blocks.{j}.'
+            sd.update({b + 'norm1.weight': 1 + r(c), b + 'norm1.bias': r(c),
+                       b + 'attn.relative_position_bias_table': r((2 * w - 1) ** 2, heads),
+                       b + 'attn.relative_position_index': torch.zeros(w * w, w * w, dtype=torch.long),
+                       b + 'attn.qkv.weight': r(3 * c, c), b + 'attn.qkv.bias': r(3 * c),
+                       b + 'attn.proj.weight': r(c, c), b + 'attn.proj.bias': r(c),
+                       b + 'norm2.weight': 1 + r(c), b + 'norm2.bias': r(c),
+                       b + 'mlp.fc1.weight': r(4 * c, c), b + 'mlp.fc1.bias': r(4 * c),
+                       b + 'mlp.fc2.weight': r(c, 4 * c), b + 'mlp.fc2.bias': r(c)})
+            if j % 2 and res > window:
+                sd[b + 'attn_mask'] = torch.zeros((res // w) ** 2, w * w, w * w)
+        if i < len(depths) - 1:
+            sd.update({f'layers.{i}.downsample.reduction.weight': r(2 * c, 4 * c),
+                       f'layers.{i}.downsample.norm.weight': 1 + r(4 * c),
+                       f'layers.{i}.downsample.norm.bias': r(4 * c)})
+        res //= 2
+    c = embed_dims * 2 ** (len(depths) - 1)
+    sd.update({'norm.weight': 1 + r(c), 'norm.bias': r(c), 'head.weight': r(10, c), 'head.bias': r(10)})
+    return sd
+
+
+def pretrained(path, prefix=None):
+    return dict(type='Pretrained', checkpoint=str(path), **({'prefix': prefix} if prefix else {}))
+
+
+# ---------------------------------------------------------------- scaffolding parity with mmseg
+
+
+def test_tiny_with_windows_everywhere_has_exactly_the_parameters_of_mmseg_swin_t_from_its_config():
+    from mmengine.config import Config
+    from mmseg.registry import MODELS
+    cfg = Config.fromfile(
+        MMSEG_CONFIGS / 'swin' / 'swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py')
+    reference = MODELS.build(cfg.model.backbone)
+    ours = LiSASwinTransformer(arch='tiny', attn_cfgs=dict(type='window'))
+    assert count(ours) == count(reference)
+    for i in range(4):
+        assert count(ours.stages[i]) == count(reference.stages[i])
+        assert count(getattr(ours, f'norm{i}')) == count(getattr(reference, f'norm{i}'))
+
+
+@pytest.mark.parametrize('shift', [False, True])
+def test_window_attention_computes_what_mmseg_shift_window_msa_computes(shift):
+    reference = mmseg_swin.ShiftWindowMSA(embed_dims=16, num_heads=2, window_size=4, shift_size=2 * shift)
+    reference.w_msa.relative_position_bias_table.data.normal_()
+    ours = ShiftedWindowAttention(16, 2, window_size=4, shift=shift)
+    ours.load_state_dict({k.replace('w_msa.', ''): v for k, v in reference.state_dict().items()
+                          if not k.endswith('relative_position_index')})
+    x = torch.randn(2, 9 * 11, 16)  # 9 x 11: padded to 12 x 12, cropped back
+    torch.testing.assert_close(ours(x, (9, 11)), reference(x, (9, 11)))
+
+
+@pytest.mark.parametrize('size', [(224, 224), (100, 67)])
+def test_window_model_computes_what_mmseg_swin_computes_from_the_same_official_checkpoint(tmp_path, size):
+    from mmdet.models.backbones.swin import swin_converter
+    official = official_swin_state_dict(**TINY)
+    reference = mmseg_swin.SwinTransformer(embed_dims=8, depths=TINY['depths'], num_heads=TINY['num_heads'])
+    reference.eval()  # mmseg's train() returns None
+    converted = {k[len('backbone.'):]: v for k, v in swin_converter(official).items()
+                 if not k.endswith(('relative_position_index', 'attn_mask'))}
+    converted['norm3.weight'], converted['norm3.bias'] = converted.pop('norm.weight'), converted.pop('norm.bias')
+    missing, unexpected = reference.load_state_dict(converted, strict=False)
+    assert not unexpected  # missing: the index buffers and the output norms the classifier lacks
+    assert all(k.endswith('relative_position_index') or re.fullmatch(r'norm[012]\.(weight|bias)', k) for k in missing)
+
+    torch.save({'model': official}, tmp_path / 'swin_official.pth')
+    ours = LiSASwinTransformer(arch=TINY, attn_cfgs=dict(type='window'),
+                               init_cfg=pretrained(tmp_path / 'swin_official.pth'))
+    ours.init_weights()
+    ours.eval()
+    x = torch.randn(2, 3, *size)
+    with torch.no_grad():
+        for a, b in zip(ours(x), reference(x), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_official_patch_merging_weights_merge_the_2x2_neighbourhood_as_the_official_swin_does(tmp_path):
+    official = official_swin_state_dict(**TINY)
+    torch.save({'model': official}, tmp_path / 'swin_official.pth')
+    model = LiSASwinTransformer(arch=TINY, attn_cfgs=dict(type='window'))
+    report = load_pretrained(model, str(tmp_path / 'swin_official.pth'), convert=convert_swin_checkpoint)
+    assert report.converted and not report.unexpected and not report.mismatched
+    assert sorted(report.missing) == sorted(f'norm{i}.{t}' for i in range(3) for t in ('weight', 'bias'))
+    x = torch.randn(1, 6, 8, 8)  # (B, H, W, C) with C = 8 channels of stage 1
+    expected = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]], -1).flatten(1, 2)
+    expected = F.layer_norm(expected, (32,), official['layers.0.downsample.norm.weight'],
+                            official['layers.0.downsample.norm.bias'])
+    expected = expected @ official['layers.0.downsample.reduction.weight'].T
+    got, hw = model.stages[0].downsample(x.flatten(1, 2), (6, 8))
+    assert hw == (3, 4)
+    torch.testing.assert_close(got, expected)
+
+
+def test_mmseg_swin_backbone_checkpoint_loads_and_computes_the_same(tmp_path):
+    reference = mmseg_swin.SwinTransformer(embed_dims=8, depths=TINY['depths'], num_heads=TINY['num_heads'],
+                                           window_size=4)
+    reference.eval()
+    for p in reference.parameters():
+        p.data.normal_(0, 0.2)
+    torch.save({'state_dict': {'backbone.' + k: v for k, v in reference.state_dict().items()}}, tmp_path / 'mm.pth')
+    ours = LiSASwinTransformer(attn_cfgs=dict(type='window'), **SMALL_INPUT).eval()
+    report = load_pretrained(ours, str(tmp_path / 'mm.pth'), 'backbone.', convert_swin_checkpoint)
+    assert report.complete and report.converted
+    x = torch.randn(1, 3, 64, 48)
+    with torch.no_grad():
+        for a, b in zip(ours(x), reference(x), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- attention per stage
+
+
+def test_default_is_lisa_over_the_whole_map_in_stages_1_2_and_shifted_7x7_windows_in_stages_3_4():
+    model = LiSASwinTransformer(arch='tiny')
+    for i in (0, 1):
+        for block in model.stages[i].blocks:
+            assert type(block.attn) is LiSAAttention
+            assert block.attn.positional_encoding.pos_shape == (56 // 2 ** i, 56 // 2 ** i)
+    for i in (2, 3):
+        attns = [block.attn for block in model.stages[i].blocks]
+        assert all(type(a) is ShiftedWindowAttention and a.window_size == 7 for a in attns)
+        assert [a.shift_size for a in attns] == [0, 3] * (len(attns) // 2)
+
+
+@pytest.mark.parametrize('name', sorted(ATTENTION_CLASSES))
+def test_every_attention_runs_in_every_stage(name):
+    model = LiSASwinTransformer(attn_cfgs=dict(type=name), **SMALL_INPUT)
+    assert all(type(b.attn) is ATTENTION_CLASSES[name] for s in model.stages for b in s.blocks)
+    x = torch.randn(1, 3, 64, 64, requires_grad=True)
+    outs = model(x)
+    sum(o.square().mean() for o in outs).backward()
+    assert [tuple(o.shape) for o in outs] == [(1, 8, 16, 16), (1, 16, 8, 8), (1, 32, 4, 4), (1, 64, 2, 2)]
+    assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+
+
+def test_stages_take_their_own_attention_and_its_hyper_parameters():
+    cfgs = [dict(type='lisa', num_steps=2, local_kernel_size=5), dict(type='softmax'),
+            dict(type='flatten', dwc_kernel_size=3), dict(type='window', window_size=2)]
+    model = LiSASwinTransformer(attn_cfgs=cfgs, qkv_bias=False, attn_drop_rate=0.1, drop_rate=0.2, **SMALL_INPUT)
+    a0, a1, a2, a3 = (s.blocks[1].attn for s in model.stages)
+    assert (a0.num_steps, a0.local_kernel_size, a0.positional_encoding.pos_shape) == (2, 5, (16, 16))
+    assert type(a1) is SoftmaxAttention and (a1.sr_ratio, a1.attn_drop) == (1, 0.1)
+    assert a2.dwc.kernel_size == (3, 3) and a2.positional_encoding.pos_shape == (4, 4)
+    assert (a3.window_size, a3.shift_size, a3.attn_drop) == (2, 1, 0.1)
+    assert a3.relative_position_bias_table.shape == (9, 4)
+    assert all(a.qkv.bias is None and a.proj_drop.p == 0.2 for a in (a0, a1, a2, a3))
+    assert model(torch.randn(1, 3, 64, 64))[3].shape == (1, 64, 2, 2)
+
+
+# ---------------------------------------------------------------- dense-prediction behaviour
+
+
+@pytest.mark.parametrize('out_indices', [(0, 1, 2, 3), (3,), (0, 2)])
+def test_outputs_have_the_channels_and_strides_4_8_16_32_of_the_chosen_stages(out_indices):
+    model = LiSASwinTransformer(out_indices=out_indices, **SMALL_INPUT)
+    outs = model(torch.randn(2, 3, 96, 64))
+    assert [tuple(o.shape) for o in outs] == [(2, 8 * 2 ** i, 96 // 4 // 2 ** i, 64 // 4 // 2 ** i)
+                                              for i in out_indices]
+    assert [n for n, _ in model.named_children() if n.startswith('norm')] == [f'norm{i}' for i in out_indices]
+
+
+@pytest.mark.parametrize('attn_cfgs', [None, dict(type='window')])
+@pytest.mark.parametrize('size', [(33, 33), (100, 67)])
+def test_any_input_size_is_padded_so_stage_i_has_ceil_of_size_over_its_stride(attn_cfgs, size):
+    kwargs = {} if attn_cfgs is None else dict(attn_cfgs=attn_cfgs)
+    model = LiSASwinTransformer(arch=TINY, **kwargs)  # window 7: every map of these inputs is padded
+    outs = model(torch.randn(1, 3, *size))
+    assert [tuple(o.shape[2:]) for o in outs] == [
+        (math.ceil(size[0] / 2 ** (i + 2)), math.ceil(size[1] / 2 ** (i + 2))) for i in range(4)]
+    assert all(torch.isfinite(o).all() for o in outs)
+
+
+def test_stochastic_depth_rises_linearly_over_the_blocks():
+    model = LiSASwinTransformer(drop_path_rate=0.3, **SMALL_INPUT)
+    rates = [b.drop_path.drop_prob for s in model.stages for b in s.blocks]
+    assert rates == pytest.approx(torch.linspace(0, 0.3, 8).tolist())
+
+
+def test_with_cp_gives_the_same_outputs_and_gradients_in_train_mode(monkeypatch):
+    calls = []
+    monkeypatch.setattr(utils, 'checkpoint', lambda *a, **k: calls.append(1) or torch.utils.checkpoint.checkpoint(
+        *a, **k))
+    kwargs = dict(SMALL_INPUT, drop_rate=0.1, attn_drop_rate=0.1, drop_path_rate=0.3)
+    plain, cp = LiSASwinTransformer(**kwargs).train(), LiSASwinTransformer(with_cp=True, **kwargs).train()
+    cp.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 3, 64, 64)
+    results = []
+    for model in (plain, cp):
+        torch.manual_seed(1)
+        outs = model(x)
+        sum((o * torch.linspace(-1, 1, o.shape[-1])).sum() for o in outs).backward()
+        results.append((outs, [p.grad for p in model.parameters()]))
+    assert len(calls) == 8
+    for a, b in zip(*(outs for outs, _ in results)):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(*(grads for _, grads in results)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize('frozen_stages', [0, 2])
+def test_frozen_stages_get_no_gradient_stay_in_eval_mode_and_do_not_change(frozen_stages):
+    model = LiSASwinTransformer(drop_rate=0.1, frozen_stages=frozen_stages, **SMALL_INPUT)
+    model.init_weights()
+    model.train()
+    frozen = [model.patch_embed, *model.stages[:frozen_stages],
+              *(getattr(model, f'norm{i}') for i in range(frozen_stages))]
+    frozen_params = {id(p) for m in frozen for p in m.parameters()}
+    assert all(not m.training for f in frozen for m in f.modules()) and not model.drop_after_pos.training
+    assert all(m.training for m in model.stages[-1].modules())
+    before = copy.deepcopy(model.state_dict())
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1)
+    sum(o.square().mean() for o in model(torch.randn(2, 3, 64, 64))).backward()
+    opt.step()
+    after = model.state_dict()
+    for name, p in model.named_parameters():
+        if id(p) in frozen_params:
+            assert not p.requires_grad and p.grad is None and torch.equal(before[name], after[name]), name
+        else:  # trained (LiSA's step MLP starts with zero gradient in its first layer: grad, not change)
+            assert p.requires_grad and p.grad is not None, name
+    assert not torch.equal(before['stages.3.blocks.0.attn.qkv.weight'], after['stages.3.blocks.0.attn.qkv.weight'])
+
+
+@pytest.mark.parametrize('scope', ['mmseg', 'mmdet', 'mmpretrain'])
+def test_builds_by_type_name_from_each_registry(scope):
+    registry = importlib.import_module(f'{scope}.registry').MODELS
+    model = registry.build(dict(type='LiSASwinTransformer', out_indices=(1, 3), **SMALL_INPUT))
+    assert type(model) is LiSASwinTransformer and model.out_indices == (1, 3)
+
+
+# ---------------------------------------------------------------- pretrained weights
+
+
+def test_mmpretrain_classifier_checkpoint_loads_back_exactly_with_the_backbone_prefix(tmp_path):
+    from mmpretrain.registry import MODELS
+    import mmpretrain.models  # noqa: F401  (registers ImageClassifier)
+    backbone = dict(type='LiSASwinTransformer', out_indices=(3,), **SMALL_INPUT)
+    classifier = MODELS.build(dict(type='ImageClassifier', backbone=backbone,
+                                   neck=dict(type='GlobalAveragePooling'),
+                                   head=dict(type='LinearClsHead', num_classes=5, in_channels=64)))
+    for p in classifier.parameters():
+        p.data.normal_()
+    torch.save({'state_dict': classifier.state_dict(), 'meta': {'epoch': 1}}, tmp_path / 'cls.pth')
+
+    model = LiSASwinTransformer(out_indices=(3,), init_cfg=pretrained(tmp_path / 'cls.pth', 'backbone.'),
+                                **SMALL_INPUT)
+    model.init_weights()
+    assert model.state_dict().keys() == classifier.backbone.state_dict().keys()
+    for key, value in classifier.backbone.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key
+
+
+def test_official_checkpoint_initialises_every_shared_weight_and_reports_the_lisa_ones_as_new(tmp_path):
+    official = official_swin_state_dict(**TINY)
+    torch.save({'model': official}, tmp_path / 'swin_tiny.pth')
+    model = LiSASwinTransformer(arch=TINY)
+    model.init_weights()
+    fresh = copy.deepcopy(model.state_dict())
+    report = load_pretrained(model, str(tmp_path / 'swin_tiny.pth'), convert=convert_swin_checkpoint)
+
+    lisa_blocks = [f'stages.{i}.blocks.{j}.attn.' for i in (0, 1) for j in (0, 1)]
+    assert report.converted and not report.mismatched and not report.resized
+    output_norms = [f'norm{i}.{t}' for i in range(3) for t in ('weight', 'bias')]  # official: only the last
+    assert sorted(report.missing) == sorted([b + n for b in lisa_blocks for n in LISA_ONLY] + output_norms)
+    assert sorted(report.unexpected) == sorted(b + 'relative_position_bias_table' for b in lisa_blocks)
+    state = model.state_dict()
+    for key in report.missing:
+        assert torch.equal(state[key], fresh[key]), key
+    for i, j in ((0, 1), (3, 0)):  # a LiSA and a window stage share the projections
+        for name in ('attn.qkv.weight', 'attn.proj.bias', 'norm2.weight'):
+            torch.testing.assert_close(state[f'stages.{i}.blocks.{j}.{name}'],
+                                       official[f'layers.{i}.blocks.{j}.{name}'])
+    torch.testing.assert_close(state['stages.2.blocks.1.attn.relative_position_bias_table'],
+                               official['layers.2.blocks.1.attn.relative_position_bias_table'])
+    torch.testing.assert_close(state['stages.1.blocks.0.ffn.layers.0.0.weight'],
+                               official['layers.1.blocks.0.mlp.fc1.weight'])
+    torch.testing.assert_close(state['norm3.weight'], official['norm.weight'])
+
+
+def test_window_tables_of_another_window_size_are_resized_bicubically(tmp_path):
+    source = LiSASwinTransformer(attn_cfgs=dict(type='window'), **SMALL_INPUT)
+    for p in source.parameters():
+        p.data.normal_()
+    torch.save({'state_dict': source.state_dict()}, tmp_path / 'w4.pth')
+    model = LiSASwinTransformer(attn_cfgs=dict(type='window'), **dict(SMALL_INPUT, window_size=6))
+    report = load_pretrained(model, str(tmp_path / 'w4.pth'), convert=convert_swin_checkpoint)
+    assert report.complete and len(report.resized) == 8
+    key = 'stages.1.blocks.1.attn.relative_position_bias_table'
+    old = source.state_dict()[key]  # (7 * 7, heads)
+    expected = F.interpolate(old.T.reshape(1, 2, 7, 7), size=(11, 11), mode='bicubic',
+                             align_corners=False).reshape(2, 121).T
+    torch.testing.assert_close(model.state_dict()[key], expected)
+
+
+# ---------------------------------------------------------------- configuration errors
+
+
+@pytest.mark.parametrize('kwargs, error, match', [
+    (dict(arch='large'), ValueError, r"arch='large' is not one of \['b', 'base', 's', 'small', 't', 'tiny'\]"),
+    (dict(arch=dict(embed_dims=8, depths=[2])), ValueError, 'custom arch must be a dict with exactly the keys'),
+    (dict(arch=dict(TINY, num_heads=[1, 2, 2])), ValueError, r'depths=\[2, 2, 2, 2\] and num_heads=\[1, 2, 2\]'),
+    (dict(attn_cfgs=[dict(type='lisa')] * 2), ValueError, r'attn_cfgs has 2 entries; .* per stage \(4\)'),
+    (dict(attn_cfgs=dict(type='swin')), ValueError,
+     r"'swin'.*one of \['flatten', 'linear', 'lisa', 'softmax', 'window'\]"),
+    (dict(attn_cfgs=dict(type='window', window_size=0)), ValueError, 'window_size=0 must be >= 1'),
+    (dict(attn_cfgs=dict(type='flatten', focusing_factor=0.5)), ValueError,
+     r'stage 0 attention .*focusing_factor=0.5'),
+    (dict(out_indices=(-1,)), ValueError, r'out_indices=\(-1,\) must be distinct stage indices in \[0, 4\)'),
+    (dict(frozen_stages=-2), ValueError, r'frozen_stages=-2 must be in \[-1, 4\]'),
+])
+def test_bad_configurations_are_rejected_with_a_clear_message(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        LiSASwinTransformer(**dict(SMALL_INPUT, **kwargs))
+
+
+def test_arch_names_short_and_long_give_the_paper_presets():
+    paper = dict(tiny=(96, [2, 2, 6, 2], [3, 6, 12, 24]), small=(96, [2, 2, 18, 2], [3, 6, 12, 24]),
+                 base=(128, [2, 2, 18, 2], [4, 8, 16, 32]))
+    for name, (dims, depths, heads) in paper.items():
+        for alias in (name, name[0], name.upper()):
+            settings = utils.resolve_arch(alias, LiSASwinTransformer.arch_zoo, LiSASwinTransformer.arch_keys)
+            assert settings == dict(embed_dims=dims, depths=depths, num_heads=heads)
