@@ -1,0 +1,209 @@
+"""Attention family shared by every backbone: registry, token layout, kernel features.
+
+Every attention maps tokens ``x`` of shape ``(B, N, C)`` to ``(B, N, C)``. The
+last ``H * W`` tokens lie on an ``(H, W)`` grid (row-major); the first
+``num_prefix_tokens`` (e.g. a class token) do not. This module depends on
+torch alone so that the operator and its benchmarks run without OpenMMLab.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ATTENTIONS: dict[str, type[nn.Module]] = {}
+
+
+def register_attention(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
+    """Register an attention class under ``name`` for :func:`build_attention`."""
+
+    def wrap(cls: type[nn.Module]) -> type[nn.Module]:
+        if name in ATTENTIONS:
+            raise KeyError(f'attention {name!r} is already registered')
+        ATTENTIONS[name] = cls
+        return cls
+
+    return wrap
+
+
+def build_attention(cfg: Mapping | str, dim: int, num_heads: int, **defaults) -> nn.Module:
+    """Build an attention from ``dict(type=NAME, **kwargs)`` (or just ``NAME``).
+
+    ``defaults`` are keyword arguments the caller (a backbone) supplies; keys
+    in ``cfg`` override them.
+    """
+    cfg = {'type': cfg} if isinstance(cfg, str) else dict(cfg)
+    name = cfg.pop('type', None)
+    if name not in ATTENTIONS:
+        raise KeyError(f'unknown attention type {name!r}; valid types: {sorted(ATTENTIONS)}')
+    return ATTENTIONS[name](dim=dim, num_heads=num_heads, **{**defaults, **cfg})
+
+
+def check_heads(dim: int, num_heads: int) -> int:
+    """Return the head width, or raise if ``num_heads`` does not divide ``dim``."""
+    if num_heads < 1 or dim % num_heads:
+        raise ValueError(f'num_heads={num_heads} must be a positive divisor of dim={dim}')
+    return dim // num_heads
+
+
+def check_tokens(x: Tensor, hw_shape: Sequence[int], num_prefix_tokens: int) -> None:
+    """Raise unless ``x`` holds ``num_prefix_tokens + H * W`` tokens."""
+    if x.dim() != 3:
+        raise ValueError(f'expected tokens of shape (B, N, C), got {tuple(x.shape)}')
+    h, w = hw_shape
+    if x.shape[1] != num_prefix_tokens + h * w:
+        raise ValueError(
+            f'N={x.shape[1]} tokens do not match hw_shape=({h}, {w}) '
+            f'with {num_prefix_tokens} prefix tokens (expected {num_prefix_tokens + h * w})')
+
+
+def split_heads(x: Tensor, num_heads: int) -> Tensor:
+    """``(B, N, h*d) -> (B, h, N, d)``."""
+    b, n, c = x.shape
+    return x.view(b, n, num_heads, c // num_heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """``(B, h, N, d) -> (B, N, h*d)``."""
+    b, h, n, d = x.shape
+    return x.transpose(1, 2).reshape(b, n, h * d)
+
+
+FEATURE_MAPS: dict[str, Callable[[Tensor], Tensor]] = {
+    'relu': F.relu,
+    'elu': lambda x: F.elu(x) + 1.0,  # ELU+1, the alternative of Table 8
+}
+
+
+def focus(x: Tensor, p: float) -> Tensor:
+    """FLatten's focusing function ``f_p(x) = ||x|| / ||x^p|| * x^p`` for ``x > 0``.
+
+    ``f_p`` is 1-homogeneous, so it is evaluated on ``u = x / max(x)`` and
+    scaled back: ``f_p(x) = max(x) ||u|| u^p / ||u^p||``. Nothing is raised
+    to the p-th power above 1, so fp16 cannot overflow, and the (detached)
+    rescaling leaves the value and the gradient exact.
+    """
+    m = x.detach().amax(dim=-1, keepdim=True)
+    u = x / m
+    up = u.pow(p)
+    return up * (m * u.norm(dim=-1, keepdim=True) / up.norm(dim=-1, keepdim=True))
+
+
+class PositionalEncoding(nn.Module):
+    """Learnable positional encoding for ``num_prefix_tokens + H0 * W0`` tokens.
+
+    For another grid ``(H, W)`` the grid part is resized bicubically; the
+    prefix part is used as it is.
+    """
+
+    def __init__(self, dim: int, pos_shape: Sequence[int], num_prefix_tokens: int = 0) -> None:
+        super().__init__()
+        if len(pos_shape) != 2 or min(pos_shape) < 1:
+            raise ValueError(f'pos_shape must be two positive ints (H, W), got {pos_shape}')
+        self.pos_shape = tuple(int(s) for s in pos_shape)
+        self.num_prefix_tokens = num_prefix_tokens
+        self.weight = nn.Parameter(torch.zeros(1, num_prefix_tokens + math.prod(self.pos_shape), dim))
+
+    def forward(self, hw_shape: Sequence[int]) -> Tensor:
+        hw_shape = tuple(hw_shape)
+        if hw_shape == self.pos_shape:
+            return self.weight
+        p = self.num_prefix_tokens
+        prefix, grid = self.weight[:, :p], self.weight[:, p:]
+        h0, w0 = self.pos_shape
+        grid = grid.reshape(1, h0, w0, -1).permute(0, 3, 1, 2)
+        grid = F.interpolate(grid, size=hw_shape, mode='bicubic', align_corners=False)
+        return torch.cat([prefix, grid.flatten(2).transpose(1, 2)], dim=1)
+
+
+class KernelAttention(nn.Module):
+    """Common part of the kernelised attentions (plain linear, FLatten, LiSA).
+
+    Features per head (FLatten, Han et al. 2023; LiSA §3):
+
+        q, k, v = x W_qkv                       (k += positional encoding)
+        q, k   <- phi(q), phi(k)                phi = ReLU or ELU+1, so q, k >= 0
+        focusing on:  q, k <- f_p((phi(.) + 1e-6) / softplus(s))   (s learnable, per channel)
+
+    Subclasses mix ``(q, k, v)`` per head in :meth:`mix`; with ``dwc`` a
+    depthwise ``kxk`` convolution of ``v`` (per head, weights shared across
+    heads) is added to the mixed values before the output projection.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        qkv_bias: bool = True,
+        proj_drop: float = 0.0,
+        feature_map: str = 'relu',
+        focusing: bool = False,
+        focusing_factor: float = 3.0,
+        dwc: bool = False,
+        dwc_kernel_size: int = 5,
+        pos_shape: Sequence[int] | None = None,
+        num_prefix_tokens: int = 0,
+        eps: float = 1e-6,
+    ) -> None:
+        super().__init__()
+        self.head_dim = check_heads(dim, num_heads)
+        if feature_map not in FEATURE_MAPS:
+            raise ValueError(f'feature_map={feature_map!r} is not one of {sorted(FEATURE_MAPS)}')
+        if focusing and not focusing_factor >= 1:
+            raise ValueError(f'focusing_factor={focusing_factor} must be >= 1')
+        if dwc and (dwc_kernel_size < 1 or dwc_kernel_size % 2 == 0):
+            raise ValueError(f'dwc_kernel_size={dwc_kernel_size} must be a positive odd int')
+        if num_prefix_tokens < 0:
+            raise ValueError(f'num_prefix_tokens={num_prefix_tokens} must be >= 0')
+        if not eps > 0:
+            raise ValueError(f'eps={eps} must be > 0')
+        self.dim, self.num_heads = dim, num_heads
+        self.feature_map = feature_map
+        self.focusing_factor = focusing_factor if focusing else None
+        self.num_prefix_tokens = num_prefix_tokens
+        self.eps = eps
+
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+        self.scale = nn.Parameter(torch.zeros(1, 1, dim)) if focusing else None
+        self.positional_encoding = (
+            PositionalEncoding(dim, pos_shape, num_prefix_tokens) if pos_shape is not None else None)
+        self.dwc = (
+            nn.Conv2d(self.head_dim, self.head_dim, dwc_kernel_size,
+                      padding=dwc_kernel_size // 2, groups=self.head_dim) if dwc else None)
+
+    def features(self, x: Tensor, hw_shape: Sequence[int]) -> tuple[Tensor, Tensor, Tensor]:
+        """Non-negative ``q, k`` and ``v``, each ``(B, h, N, d)``."""
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        if self.positional_encoding is not None:
+            k = k + self.positional_encoding(hw_shape)
+        phi = FEATURE_MAPS[self.feature_map]
+        q, k = phi(q), phi(k)
+        if self.focusing_factor is not None:
+            scale = F.softplus(self.scale)
+            q = focus((q + 1e-6) / scale, self.focusing_factor)
+            k = focus((k + 1e-6) / scale, self.focusing_factor)
+        return tuple(split_heads(t, self.num_heads) for t in (q, k, v))
+
+    def mix(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        raise NotImplementedError
+
+    def depthwise(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        """Depthwise conv of the grid values; prefix tokens get zero. ``(B, h, N, d)``."""
+        b, h, n, d = v.shape
+        p = self.num_prefix_tokens
+        grid = v[:, :, p:].reshape(b * h, *hw_shape, d).permute(0, 3, 1, 2)
+        out = self.dwc(grid).permute(0, 2, 3, 1).reshape(b, h, -1, d)
+        return F.pad(out, (0, 0, p, 0)) if p else out
+
+    def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        check_tokens(x, hw_shape, self.num_prefix_tokens)
+        q, k, v = self.features(x, hw_shape)
+        out = self.mix(q, k, v, hw_shape)
+        if self.dwc is not None:
+            out = out + self.depthwise(v, hw_shape)
+        return self.proj_drop(self.proj(merge_heads(out)))

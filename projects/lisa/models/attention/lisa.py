@@ -1,0 +1,147 @@
+"""LiSA: Linear Stochastic Attention (Dastani et al., arXiv 2611.04216, WACV 2027)."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .base import KernelAttention, register_attention
+from .local import neighbourhood_attention
+from .walk import geometric_weights, random_walk, transition_factors, untruncated_walk
+
+STEP_WEIGHTS = ('adaptive', 'geometric')
+
+
+@register_attention('lisa')
+class LiSAAttention(KernelAttention):
+    """Global random walk + 3x3 local attention, fused by a learnable alpha.
+
+    Per head, with the kernel features ``q, k >= 0`` and values ``v`` of
+    :class:`KernelAttention` (FLatten's focusing function and depthwise conv
+    on by default, the paper's best setting, Table 7):
+
+    * global branch, a truncated random walk on ``S = Q~ K^T`` (Eq. 4, 8, 10)::
+
+          Y_global,i = sum_{k=0}^{T-1} beta_k(i) (S^k V)_i
+
+      evaluated by the low-rank recursion of :mod:`.walk` in O(n d^2 + T d^3).
+      ``step_weights='geometric'``: ``beta_k = (1-beta) beta^k / (1-beta^T)``.
+      ``step_weights='adaptive'`` (Eq. 10): ``beta(i) = softmax(MLP([q_i; k_i]))``
+      per token and head, the MLP ``2d -> hidden -> GELU -> T`` shared by the
+      heads. ``num_steps=math.inf`` (geometric only) evaluates
+      ``(1-beta)(I - beta S)^-1 V`` exactly through a d x d solve.
+    * local branch: softmax of ``q_i.k_j / sqrt(d)`` over the 3x3 grid
+      neighbourhood of token i (border-clipped); prefix tokens attend to themselves.
+    * fusion: ``Y = alpha Y_global + (1 - alpha) Y_local``, ``alpha = sigmoid(a_h)``
+      with one free scalar per head (0.5 at init).
+
+    Open details of the paper, chosen here: ``beta = 0.5``; the local branch
+    uses the same (focused) features as the walk with temperature ``sqrt(d)``;
+    the step MLP's hidden width is ``d`` and its output layer starts at zero
+    weight and ``log`` of the geometric weights as bias, so training starts
+    from the geometric walk.
+
+    Args:
+        num_steps: truncation T >= 1 (T = 1 is the self-loop), or ``math.inf``.
+        beta: continuation probability in [0, 1).
+        step_weights: 'adaptive' (Eq. 10) or 'geometric' (Eq. 4).
+        step_mlp_hidden: hidden width of the step MLP (default: head dim).
+        use_global, use_local: keep each branch (Table 6's ablation); alpha
+            exists only with both.
+        local_kernel_size: odd window size of the local branch.
+        **kwargs: :class:`KernelAttention` arguments (focusing, dwc, pos_shape, ...).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        num_steps: int | float = 3,
+        beta: float = 0.5,
+        step_weights: str = 'adaptive',
+        step_mlp_hidden: int | None = None,
+        use_global: bool = True,
+        use_local: bool = True,
+        local_kernel_size: int = 3,
+        focusing: bool = True,
+        dwc: bool = True,
+        **kwargs,
+    ) -> None:
+        super().__init__(dim, num_heads, focusing=focusing, dwc=dwc, **kwargs)
+        if num_steps == 'inf':
+            num_steps = math.inf
+        if not (num_steps == math.inf or (isinstance(num_steps, int) and num_steps >= 1)):
+            raise ValueError(f"num_steps={num_steps!r} must be an int >= 1 or math.inf ('inf')")
+        if not 0 <= beta < 1:
+            raise ValueError(f'beta={beta} must be in [0, 1)')
+        if step_weights not in STEP_WEIGHTS:
+            raise ValueError(f'step_weights={step_weights!r} is not one of {STEP_WEIGHTS}')
+        if num_steps == math.inf and step_weights != 'geometric':
+            raise ValueError("num_steps=inf needs step_weights='geometric' (Eq. 10 has one weight per step)")
+        if step_weights == 'adaptive' and num_steps > 1 and beta == 0:
+            raise ValueError('beta=0 puts all weight on the self-loop; adaptive step weights '
+                             'start from the geometric weights and need beta in (0, 1)')
+        if not (use_global or use_local):
+            raise ValueError('use_global and use_local cannot both be False')
+        if local_kernel_size < 1 or local_kernel_size % 2 == 0:
+            raise ValueError(f'local_kernel_size={local_kernel_size} must be a positive odd int')
+        if step_mlp_hidden is not None and step_mlp_hidden < 1:
+            raise ValueError(f'step_mlp_hidden={step_mlp_hidden} must be a positive int')
+        self.num_steps, self.beta, self.step_weights = num_steps, beta, step_weights
+        self.use_global, self.use_local = use_global, use_local
+        self.local_kernel_size = local_kernel_size
+
+        adaptive = use_global and step_weights == 'adaptive' and num_steps > 1
+        if adaptive:
+            hidden = step_mlp_hidden or self.head_dim
+            self.step_mlp = nn.Sequential(
+                nn.Linear(2 * self.head_dim, hidden), nn.GELU(), nn.Linear(hidden, num_steps))
+        else:
+            self.step_mlp = None
+        self.alpha = nn.Parameter(torch.zeros(num_heads)) if use_global and use_local else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.step_mlp is not None:
+            nn.init.zeros_(self.step_mlp[-1].weight)
+            with torch.no_grad():
+                self.step_mlp[-1].bias.copy_(geometric_weights(self.beta, self.num_steps).log())
+
+    def step_weights_of(self, q: Tensor, k: Tensor) -> Tensor:
+        """Per-token step weights ``softmax(MLP([q_i; k_i]))``, ``(B, h, n, T)`` (Eq. 10)."""
+        first, last = self.step_mlp[0], self.step_mlp[-1]
+        d = self.head_dim
+        # Token-major (B, n, h, d) views are contiguous, so the linears copy nothing;
+        # [q; k] W^T = q W_q^T + k W_k^T: no concatenated copy of q and k either.
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        hidden = F.linear(q, first.weight[:, :d]) + F.linear(k, first.weight[:, d:], first.bias)
+        return last(self.step_mlp[1](hidden)).softmax(dim=-1).transpose(1, 2)
+
+    def global_branch(self, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor | None = None) -> Tensor:
+        """The walk, times the per-head ``alpha (1, h, 1, 1)`` when given: ``alpha``
+        folds into the step weights, which costs no extra pass over the tokens."""
+        if self.num_steps == math.inf:
+            out = untruncated_walk(*transition_factors(q, k, self.eps), v, self.beta)
+            return out if alpha is None else alpha * out
+        if self.step_mlp is not None:
+            weights = self.step_weights_of(q, k)
+        else:
+            weights = geometric_weights(self.beta, self.num_steps).to(v.device, torch.float32)
+        return random_walk(q, k, v, weights if alpha is None else weights * alpha, self.eps)
+
+    def local_branch(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        p = self.num_prefix_tokens
+        grid = neighbourhood_attention(
+            q[:, :, p:], k[:, :, p:], v[:, :, p:], hw_shape, self.head_dim ** -0.5, self.local_kernel_size)
+        return torch.cat([v[:, :, :p], grid], dim=2) if p else grid
+
+    def mix(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        if not self.use_local:
+            return self.global_branch(q, k, v)
+        if not self.use_global:
+            return self.local_branch(q, k, v, hw_shape)
+        alpha = self.alpha.sigmoid().view(1, -1, 1, 1)
+        return self.global_branch(q, k, v, alpha) + (1 - alpha) * self.local_branch(q, k, v, hw_shape)

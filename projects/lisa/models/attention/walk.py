@@ -1,0 +1,215 @@
+"""The truncated random walk of LiSA, evaluated in d x d feature space.
+
+Notation per (batch, head): non-negative features ``q, k (n, d)``, values
+``v (n, dv)``. The transition matrix (paper §3.1)
+
+    S = Q~ K^T,   Q~ = diag(Q K^T 1)^-1 Q,   i.e.  S_ij = q_i.k_j / sum_l q_i.k_l
+
+is row-stochastic with rank <= d. It is never built: since
+``S^k V = Q~ (K^T Q~)^(k-1) (K^T V)`` for k >= 1 (Eq. 8), every walk term is
+``Q~ M_k`` with the d x dv matrices ``M_1 = K^T V``, ``M_k = (K^T Q~) M_(k-1)``.
+
+Scale-free evaluation. ``S`` does not change if ``q_i`` is scaled by any
+positive per-token factor, or ``K`` by any positive global factor, so we use
+``q_i / max(q_i)`` and ``K / max(K)`` and write every sum over tokens as a
+mean split as ``(a n^-1/2)^T (b n^-1/2)`` (FLatten's mean form). Then no
+intermediate grows with n or with the activations' size, which keeps
+fp16/bf16 finite. The stabilising epsilon enters as
+
+    S_ij = q_i.k_j / (sum_l q_i.k_l + eps n max(q_i) max(K)),
+
+scale-free as well; it only matters for an all-zero q_i (ReLU features).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def geometric_weights(beta: float, num_steps: int) -> Tensor:
+    """Renormalised truncated geometric weights of Eq. 4.
+
+    ``c_k = (1 - beta) / (1 - beta^T) * beta^k`` for ``k = 0 .. T-1``; they
+    sum to one. ``beta = 0`` gives the self-loop ``c = (1, 0, ...)``.
+    """
+    k = torch.arange(num_steps, dtype=torch.float64)
+    return (1 - beta) / (1 - beta ** num_steps) * beta ** k
+
+
+def transition_factors(q: Tensor, k: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """Return ``(q_hat, k_bar)`` with ``S = q_hat @ k_bar^T``, both ``(B, h, n, d)``.
+
+    ``q_hat_i = q_i' / (q_i' . mean(k') + eps) n^-1/2`` and ``k_bar = k' n^-1/2``
+    for the rescaled ``q' = q / max(q_i)``, ``k' = k / max(K)`` (module docstring).
+    """
+    n = k.shape[-2]
+    q = q / q.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny)
+    k = k / k.amax(dim=(-2, -1), keepdim=True).clamp_min(torch.finfo(k.dtype).tiny)
+    rows = (q * k.mean(dim=-2, keepdim=True)).sum(-1, keepdim=True) + eps
+    return q / (rows * n ** 0.5), k * n ** -0.5
+
+
+def compute_dtype(*tensors: Tensor) -> torch.dtype:
+    """The autocast dtype where autocast is on, else the promoted dtype of ``tensors``."""
+    device = tensors[0].device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    return dtype
+
+
+def random_walk(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) -> Tensor:
+    """``Y_i = sum_{k=0}^{T-1} w_k(i) (S^k V)_i`` (Eq. 4 and Eq. 10), ``(B, h, n, dv)``.
+
+    ``q, k (B, h, n, d)`` are the non-negative features; ``weights (..., T)``
+    broadcasts to ``(B, h, n, T)``: fixed step weights (``(T,)``, or per head
+    ``(1, h, 1, T)``) or per-token weights ``(B, h, n, T)``. With the d x dv
+    matrices ``M_1 = K^T V``, ``M_k = (K^T Q~) M_(k-1)``:
+
+        Y = w_0 V + sum_{k>=1} w_k Q~ M_k
+
+    Fixed weights fold into one d x dv matrix; per-token weights read
+    ``Q~ [M_1 | ... | M_(T-1)]`` in a single token pass. The backward pass
+    (:class:`_RandomWalk`) keeps only ``q, k, v``, the weights, per-token
+    scalars and the d x dv matrices; ``Q~`` and ``K / max(K)`` are recomputed.
+    Under autocast everything runs in the autocast dtype.
+    """
+    num_steps = weights.shape[-1]
+    if num_steps == 1:
+        return v * weights.to(v.dtype)
+    dtype = compute_dtype(q, k, v)
+    weights = weights.reshape((1,) * (4 - weights.dim()) + weights.shape)
+    with torch.autocast(q.device.type, enabled=False):
+        out = _RandomWalk.apply(q.to(dtype), k.to(dtype), v.to(dtype), weights.to(dtype), eps)
+    return out.to(v.dtype)
+
+
+def _sum_to(x: Tensor, shape: torch.Size) -> Tensor:
+    """Sum ``x`` over the dimensions that were broadcast from ``shape`` (same rank)."""
+    dims = tuple(i for i, (s, t) in enumerate(zip(shape, x.shape)) if s == 1 and t != 1)
+    return x.sum(dims, keepdim=True) if dims else x
+
+
+class _RandomWalk(torch.autograd.Function):
+    """The walk of :func:`random_walk` with an analytic backward.
+
+    Forward, per (batch, head), with ``s = n^-1/2``, ``mq_i = max_c q_ic`` and
+    ``mk = max K``:
+
+        k_bar = k s / mk              mu = s sum_j k_bar_j      (the mean of K / mk)
+        r_i = q_i.mu / mq_i + eps     c_i = s / r_i             q_hat_i = c_i q_i / mq_i
+        A = k_bar^T q_hat,  M_1 = k_bar^T v,  M_(t+1) = A M_t   (S = q_hat k_bar^T)
+        Y = w_0 v + sum_{t>=1} w_t q_hat M_t
+
+    Backward runs this chain in reverse. ``S`` is invariant to the scale of
+    ``q_i`` and of ``K`` except through eps, so the gradient the maxima pass
+    on to their argmax is the eps term's, in closed form. Token-sized tensors
+    saved: ``q_hat`` and ``k_bar`` beside the inputs ``v`` and the weights.
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) -> Tensor:
+        n, d = k.shape[-2:]
+        s = n ** -0.5
+        sd = torch.promote_types(q.dtype, torch.float32)  # per-token scalars: float32 at least
+        mq, arg_q = q.max(dim=-1, keepdim=True)                             # (B, h, n, 1)
+        mk_rows, arg_rows = k.max(dim=-1)
+        mk, arg_n = mk_rows.max(dim=-1, keepdim=True)                       # (B, h, 1)
+        arg_k = arg_n * d + arg_rows.gather(-1, arg_n)                      # flat index into (n, d)
+        mq, mk = mq.to(sd), mk.unsqueeze(-1).to(sd)
+        k_scale = torch.where(mk > 0, s / mk, 0.0)                          # an all-zero K stays zero
+        k_bar = torch.mul(k, k_scale, out=torch.empty_like(k))
+        mu = k_bar.sum(-2, keepdim=True, dtype=sd) * s                      # (B, h, 1, d), <= 1
+        qmu = q.to(sd) @ mu.transpose(-2, -1)                               # (B, h, n, 1)
+        nonzero = mq > 0
+        c = 1 / (n ** 0.5 * (torch.where(nonzero, qmu / mq, 0.0) + eps))
+        q_scale = torch.where(nonzero, c / mq, 0.0)                         # an all-zero q_i stays zero
+        q_hat = torch.mul(q, q_scale, out=torch.empty_like(q))
+        kt = k_bar.transpose(-2, -1)
+        a, m = kt @ q_hat, [kt @ v]
+        for _ in range(weights.shape[-1] - 2):
+            m.append(a @ m[-1])
+        m = torch.stack(m, dim=-3)                                          # (B, h, T-1, d, dv)
+        if weights.shape[-2] == 1:  # the same weights for every token: fold them
+            out = (q_hat @ (weights[..., 0, 1:, None, None] * m).sum(-3)).addcmul_(weights[..., :1], v)
+        else:
+            hops = q_hat @ m.transpose(-3, -2).flatten(-2)                 # (B, h, n, (T-1) dv)
+            out = weights[..., :1] * v
+            for t, hop in enumerate(hops.chunk(m.shape[-3], dim=-1), start=1):
+                out.addcmul_(weights[..., t:t + 1], hop)
+        ctx.save_for_backward(q_hat, k_bar, v, weights, mq, arg_q, mk, arg_k, c, q_scale, k_scale, mu, a, m)
+        ctx.eps = eps
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        q_hat, k_bar, v, weights, mq, arg_q, mk, arg_k, c, q_scale, k_scale, mu, a, m = ctx.saved_tensors
+        n, d = k_bar.shape[-2:]
+        s = n ** -0.5
+        steps = m.shape[-3]  # T - 1
+        # Y = w_0 v + sum_t w_t q_hat M_t  ->  d q_hat, d M_t, d w
+        if weights.shape[-2] == 1:
+            d_m_w = q_hat.transpose(-2, -1) @ grad
+            d_q_hat = grad @ (weights[..., 0, 1:, None, None] * m).sum(-3).transpose(-2, -1)
+            d_m = weights[..., 0, 1:, None, None] * d_m_w.unsqueeze(-3)
+            d_w = torch.cat([(grad * v).sum((-2, -1))[..., None],
+                             (d_m_w.unsqueeze(-3) * m).sum((-2, -1))], dim=-1).unsqueeze(-2)
+        else:
+            proj = grad @ m.transpose(-2, -1).transpose(-3, -2).flatten(-2)  # (B, h, n, (T-1) d)
+            w_grad = grad.new_empty(grad.shape[:-1] + (steps * grad.shape[-1],))
+            d_w = [torch.linalg.vecdot(grad, v)]
+            d_q_hat = None
+            for t, (p, wg) in enumerate(zip(proj.chunk(steps, dim=-1), w_grad.chunk(steps, dim=-1)), start=1):
+                w_t = weights[..., t:t + 1]
+                d_w.append(torch.linalg.vecdot(q_hat, p))
+                d_q_hat = p * w_t if d_q_hat is None else d_q_hat.addcmul_(p, w_t)
+                torch.mul(grad, w_t, out=wg)
+            d_w = torch.stack(d_w, dim=-1)
+            d_m = (q_hat.transpose(-2, -1) @ w_grad).unflatten(-1, (steps, -1)).transpose(-3, -2)
+        d_weights = _sum_to(d_w, weights.shape)
+        # M_(t+1) = A M_t
+        d_a = torch.zeros_like(a)
+        d_m = list(d_m.unbind(-3))
+        for t in range(steps - 1, 0, -1):
+            d_a += d_m[t] @ m[..., t - 1, :, :].transpose(-2, -1)
+            d_m[t - 1] = d_m[t - 1] + a.transpose(-2, -1) @ d_m[t]
+        # A = k_bar^T q_hat, M_1 = k_bar^T v
+        k_d = k_bar @ torch.cat([d_a, d_m[0]], dim=-1)
+        d_q_hat += k_d[..., :d]
+        d_v = torch.addcmul(k_d[..., d:], grad, weights[..., :1])
+        d_k_bar = (q_hat @ d_a.transpose(-2, -1)).add_(v @ d_m[0].transpose(-2, -1))
+        # q_hat_i = c_i q_i / mq_i, c_i = s / (q_i.mu / mq_i + eps): with e_i = -(q_hat_i.d_q_hat_i) / s,
+        # d q_i = (c_i / mq_i) (d_q_hat_i + e_i mu), d mu = sum_i e_i q_hat_i, d mq_i = eps c_i e_i / mq_i
+        e = torch.linalg.vecdot(q_hat, d_q_hat).unsqueeze(-1) * (-1 / s)
+        d_mu = (e.transpose(-2, -1) @ q_hat).to(mu.dtype)
+        d_q = torch.mul(d_q_hat.addcmul_(e, mu.to(e.dtype)), q_scale, out=d_q_hat)
+        d_q.scatter_add_(-1, arg_q, (e * c * torch.where(mq > 0, ctx.eps / mq, 0.0)).to(d_q.dtype))
+        # k_bar = k s / mk, mu = s sum_j k_bar_j: sum(d_k_bar * k_bar) from the d x d products
+        d_mk = -torch.where(mk > 0, ((d_a * a).sum((-2, -1), keepdim=True) + (d_m[0] * m[..., 0, :, :]).sum(
+            (-2, -1), keepdim=True) + (d_mu * mu).sum((-2, -1), keepdim=True)) / mk, 0.0)
+        d_k = torch.mul(d_k_bar.add_((d_mu * s).to(d_k_bar.dtype)), k_scale, out=d_k_bar)
+        d_k.view(*d_k.shape[:-2], -1).scatter_add_(-1, arg_k, d_mk.flatten(-2).to(d_k.dtype))
+        return d_q, d_k, d_v, d_weights, None
+
+
+def untruncated_walk(q_hat: Tensor, k_bar: Tensor, v: Tensor, beta: float) -> Tensor:
+    """``(1 - beta) (I - beta S)^-1 V``, the walk with T = infinity.
+
+    By the Woodbury (push-through) identity
+    ``(I - beta Q~ K^T)^-1 = I + beta Q~ (I_d - beta K^T Q~)^-1 K^T``, so
+
+        Y = (1 - beta) (V + beta Q~ (I_d - beta K^T Q~)^-1 K^T V),
+
+    a d x d solve. ``I_d - beta K^T Q~`` is invertible for beta < 1 because
+    ``K^T Q~`` shares the non-zero spectrum of ``S`` (radius <= 1). The solve
+    runs in float32 at least.
+    """
+    a = k_bar.transpose(-2, -1) @ q_hat
+    m = k_bar.transpose(-2, -1) @ v
+    dtype = torch.promote_types(a.dtype, torch.float32)
+    eye = torch.eye(a.shape[-1], dtype=dtype, device=a.device)
+    x = torch.linalg.solve(eye - beta * a.to(dtype), m.to(dtype)).to(v.dtype)
+    return (1 - beta) * (v + beta * (q_hat @ x))
