@@ -21,12 +21,16 @@ fi
 log() { printf '[install] %s\n' "$*"; }
 
 [[ -x "${PY}" ]] || { log "creating ${VENV}"; python3 -m venv "${VENV}"; }
-pip_install() { "${PY}" -m pip install --disable-pip-version-check -q "$@"; }
+# The machine's pip config adds local indexes that lack most packages; pip
+# warns once per package. Keep real errors, drop that noise.
+pip_install() {
+    "${PY}" -m pip install --disable-pip-version-check -q "$@" \
+        2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+}
 
-log "torch, build tools"
+log "torch, OpenMMLab packages, build tools"
 # mmcv's setup.py imports pkg_resources (removed in setuptools 82).
-pip_install -r "${ROOT}/requirements.txt" --only-binary=torch,torchvision \
-    'setuptools<82' wheel torch torchvision numpy
+pip_install 'setuptools<82' wheel -r "${ROOT}/requirements.txt"
 
 if ! "${PY}" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '${MMCV_VERSION}'" 2>/dev/null; then
     mkdir -p "${WHEELS}"
@@ -35,7 +39,7 @@ if ! "${PY}" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '${MMCV_VERSI
         log "building mmcv ${MMCV_VERSION} with CPU ops (about 10 minutes)"
         tmp="$(mktemp -d)"
         trap 'rm -rf "${tmp}"' EXIT
-        "${PY}" -m pip download -q --no-deps --no-binary=:all: "mmcv==${MMCV_VERSION}" -d "${tmp}"
+        "${PY}" -m pip download -q --disable-pip-version-check --no-deps --no-binary=:all: "mmcv==${MMCV_VERSION}" -d "${tmp}"
         tar -xzf "${tmp}"/mmcv-${MMCV_VERSION}.tar.gz -C "${tmp}"
         # torch >= 2.6 headers require C++20; mmcv 2.1.0 hard-codes c++17.
         sed -i 's/-std=c++17/-std=c++20/g' "${tmp}/mmcv-${MMCV_VERSION}/setup.py"
@@ -48,8 +52,6 @@ if ! "${PY}" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '${MMCV_VERSI
     pip_install --no-deps --force-reinstall "${wheel}"
 fi
 
-log "OpenMMLab packages"
-pip_install -r "${ROOT}/requirements.txt"
 # openmim pulls opendatalab -> openxlab, which downgrades setuptools and
 # requests; mim only shells out to them for dataset downloads.
 pip_install --no-deps "openmim==0.3.9"
@@ -57,7 +59,7 @@ pip_install --no-deps "openmim==0.3.9"
 log "projects.lisa (editable)"
 pip_install --no-deps --no-build-isolation -e "${ROOT}"
 
-"${PY}" -c "import mmcv.ops, mmseg, mmdet, mmpretrain, mim, projects.lisa" \
+"${PY}" -W ignore -c "import mmcv.ops, mmseg, mmdet, mmpretrain, mim, projects.lisa" \
     || { log "import check failed"; exit 1; }
 echo "${digest}" > "${STAMP}"
 log "done: ${VENV}"
