@@ -1,0 +1,5 @@
+# FLatten-DeiT-S under the LiSA-DeiT-S recipe: Table 1, DeiT-S 224 FLatten row (80.10 top-1).
+custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+_base_ = './deit-small_lisa_8xb128_in1k.py'
+
+model = dict(backbone=dict(attn_cfg=dict(_delete_=True, type='flatten')))

@@ -1,0 +1,5 @@
+# DeiT-T (softmax attention) at 384 px: Table 1, DeiT-T 384 softmax row (74.90 top-1).
+custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+_base_ = './deit-tiny_lisa_8xb128_in1k-384px.py'
+
+model = dict(backbone=dict(attn_cfg=dict(_delete_=True, type='softmax')))

@@ -1,0 +1,6 @@
+# DeiT-T (softmax attention) under the LiSA-DeiT-T recipe: Table 1, DeiT-T 224 softmax row
+# (72.20 top-1). The model is mmpretrain's VisionTransformer 'deit-tiny' layer for layer.
+custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+_base_ = './deit-tiny_lisa_8xb128_in1k.py'
+
+model = dict(backbone=dict(attn_cfg=dict(_delete_=True, type='softmax')))

@@ -1,0 +1,5 @@
+# FLatten-PVT-S under the LiSA-PVT-S recipe: Table 1, PVT-S FLatten row (81.70 top-1).
+custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+_base_ = './pvt-small_lisa_8xb128_in1k.py'
+
+model = dict(backbone=dict(attn_cfgs=dict(_delete_=True, type='flatten')))

@@ -1,0 +1,6 @@
+# PVT-T (softmax attention, spatial reduction 8, 4, 2, 1) under the LiSA-PVT-T recipe:
+# Table 1, PVT-T softmax row (75.10 top-1).
+custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+_base_ = './pvt-tiny_lisa_8xb128_in1k.py'
+
+model = dict(backbone=dict(attn_cfgs=[dict(type='softmax', sr_ratio=r) for r in (8, 4, 2, 1)]))

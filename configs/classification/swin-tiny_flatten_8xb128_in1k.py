@@ -1,0 +1,6 @@
+# FLatten-Swin-T (focused linear attention in stages 1-2, windows in 3-4) under the LiSA-Swin-T
+# recipe: Table 1, Swin-T FLatten row (82.10 top-1).
+custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+_base_ = './swin-tiny_lisa_8xb128_in1k.py'
+
+model = dict(backbone=dict(attn_cfgs=[dict(type='flatten')] * 2 + [dict(type='window')] * 2))

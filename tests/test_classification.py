@@ -1,0 +1,385 @@
+"""ImageNet pretraining (Table 1, Tables 5-8) and the hand-off of its checkpoint to dense prediction.
+
+References: the original recipes of DeiT, PVT and Swin (their values written out here), the
+paper's table rows (which attention where), mmengine's optimiser constructor (which parameters
+get weight decay), each override's own base config (it may change only what it ablates) and,
+end to end, mmpretrain's inferencer (the top-1 that ``mim test`` must report) and the classifier
+checkpoint itself (what the Semantic FPN and Mask R-CNN backbones must hold after loading it).
+The ``test_end_to_end_*`` tests run ``mim train`` / ``mim test`` as subprocesses (about two minutes).
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.optim import build_optim_wrapper
+from mmengine.registry import init_default_scope
+from torch import nn
+
+from projects.lisa.datasets import generate
+from projects.lisa.datasets.synthetic import IMAGENET_CLASSES
+from projects.lisa.models.attention import (FocusedLinearAttention, LinearAttention, LiSAAttention,
+                                            SoftmaxAttention)
+from projects.lisa.models.backbones.swin import ShiftedWindowAttention
+
+ROOT = Path(__file__).resolve().parents[1]
+CLS = ROOT / 'configs' / 'classification'
+ABL = CLS / 'ablations'
+DEMO = CLS / 'demo' / 'pvt-tiny_lisa_1xb8-2e_synthetic-imagenet-64px.py'
+MIM = str(Path(sys.executable).with_name('mim'))
+CUSTOM_IMPORTS = "custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)"
+
+# Table 1: config -> (family, arch, input size, row)
+TABLE_1 = {
+    f'{model}_{row}_8xb128_in1k{suffix}.py': (family, arch, size, row)
+    for model, family, arch, sizes in [
+        ('deit-tiny', 'deit', 'deit-tiny', (224, 384)), ('deit-small', 'deit', 'deit-small', (224, )),
+        ('pvt-tiny', 'pvt', 'tiny', (224, )), ('pvt-small', 'pvt', 'small', (224, )),
+        ('swin-tiny', 'swin', 'tiny', (224, ))]
+    for size in sizes for suffix in ['' if size == 224 else f'-{size}px']
+    for row in ('softmax', 'flatten', 'lisa')
+}
+# Which attention where, per row: DeiT every layer, PVT every stage, Swin per stage.
+ROW_ATTENTIONS = {
+    ('deit', 'softmax'): [SoftmaxAttention] * 12, ('deit', 'flatten'): [FocusedLinearAttention] * 12,
+    ('deit', 'lisa'): [LiSAAttention] * 12,
+    ('pvt', 'softmax'): [SoftmaxAttention] * 4, ('pvt', 'flatten'): [FocusedLinearAttention] * 4,
+    ('pvt', 'lisa'): [LiSAAttention] * 4,
+    ('swin', 'softmax'): [ShiftedWindowAttention] * 4,
+    ('swin', 'flatten'): [FocusedLinearAttention] * 2 + [ShiftedWindowAttention] * 2,
+    ('swin', 'lisa'): [LiSAAttention] * 2 + [ShiftedWindowAttention] * 2,
+}
+# The original recipes: (warm-up epochs, drop path)
+RECIPES = {'deit': (5, 0.1), 'pvt': (5, 0.1), 'swin': (20, 0.2)}
+
+# Tables 5-8: override -> (its base, the backbone's resolved attn_cfg)
+ABLATIONS = {
+    **{f'deit-tiny_lisa-t{t}_8xb128_in1k.py': ('../deit-tiny_lisa_8xb128_in1k.py', dict(type='lisa', num_steps=t))
+       for t in (1, 2, 4, 5)},
+    'deit-tiny_lisa-t5-global_8xb128_in1k.py':
+        ('./deit-tiny_lisa-t5_8xb128_in1k.py', dict(type='lisa', num_steps=5, use_local=False)),
+    'deit-tiny_lisa-t5-local_8xb128_in1k.py':
+        ('./deit-tiny_lisa-t5_8xb128_in1k.py', dict(type='lisa', num_steps=5, use_global=False)),
+    'deit-small_lisa-t5_8xb128_in1k.py': ('../deit-small_lisa_8xb128_in1k.py', dict(type='lisa', num_steps=5)),
+    'deit-small_lisa-t5-global_8xb128_in1k.py':
+        ('./deit-small_lisa-t5_8xb128_in1k.py', dict(type='lisa', num_steps=5, use_local=False)),
+    'deit-small_lisa-t5-local_8xb128_in1k.py':
+        ('./deit-small_lisa-t5_8xb128_in1k.py', dict(type='lisa', num_steps=5, use_global=False)),
+    **{f'deit-tiny_la{s}_8xb128_in1k.py':
+       ('../deit-tiny_lisa_8xb128_in1k.py', dict(type='linear', focusing='f' in s, dwc='d' in s))
+       for s in ('', '-f', '-d', '-fd')},
+    **{f'deit-tiny_gl-t5{s}_8xb128_in1k.py':
+       ('./deit-tiny_lisa-t5_8xb128_in1k.py', dict(type='lisa', num_steps=5, focusing='f' in s, dwc='d' in s))
+       for s in ('', '-f', '-d')},
+    'deit-tiny_lisa-t5-elu_8xb128_in1k.py':
+        ('./deit-tiny_lisa-t5_8xb128_in1k.py', dict(type='lisa', num_steps=5, feature_map='elu')),
+}
+ALL_CONFIGS = [*(CLS / n for n in TABLE_1), *(ABL / n for n in ABLATIONS), DEMO]
+
+
+@functools.cache
+def load(path: Path) -> Config:
+    """The resolved config, loaded once per session (tests must not modify it)."""
+    return Config.fromfile(str(path))
+
+
+def build_classifier(path: Path) -> nn.Module:
+    """The config's ImageClassifier (not initialised)."""
+    init_default_scope('mmpretrain')
+    from mmpretrain.registry import MODELS
+    return MODELS.build(load(path).model)
+
+
+def flat(tree, prefix: str = '') -> dict[str, object]:
+    """A config tree as ``{dotted.path: leaf}`` (list items as ``[i]``)."""
+    if isinstance(tree, dict):  # without mmengine's registry-scope annotations
+        items = [(f'{prefix}.{k}' if prefix else str(k), v) for k, v in tree.items() if k != '_scope_']
+    elif isinstance(tree, (list, tuple)) and any(isinstance(v, (dict, list, tuple)) for v in tree):
+        items = [(f'{prefix}[{i}]', v) for i, v in enumerate(tree)]
+    else:
+        return {prefix: tree}
+    return {k: v for key, value in items for k, v in flat(value, key).items()}
+
+
+def changed_paths(a: Config, b: Config) -> set[str]:
+    fa, fb = flat(a.to_dict()), flat(b.to_dict())
+    return {k for k in fa.keys() | fb.keys() if fa.get(k, '<missing>') != fb.get(k, '<missing>')}
+
+
+def attentions(backbone: nn.Module, family: str) -> list[nn.Module]:
+    """The attention of each layer (DeiT) or of each stage's first block (PVT, Swin)."""
+    if family == 'deit':
+        return [layer.attn for layer in backbone.layers]
+    return [stage.blocks[0].attn for stage in backbone.stages]
+
+
+# ---------------------------------------------------------------------------- the configs
+
+
+def test_classification_folder_holds_table_1_the_ablations_and_one_demo():
+    assert {p.name for p in CLS.glob('*.py')} == set(TABLE_1)
+    assert {p.name for p in ABL.glob('*.py')} == set(ABLATIONS)
+    assert [p.name for p in (CLS / 'demo').glob('*.py')] == [DEMO.name]
+
+
+@pytest.mark.parametrize('path', ALL_CONFIGS, ids=lambda p: p.name)
+def test_config_starts_with_custom_imports_and_reaches_mmpretrain_through_its_scope(path):
+    code = [line for line in path.read_text().splitlines() if line and not line.startswith('#')]
+    assert code[0] == CUSTOM_IMPORTS
+    current, chain = path, []
+    while True:
+        bases = Config._get_base_files(str(current))
+        chain += bases
+        local = [b for b in bases if not b.startswith('mmpretrain::')]
+        assert len(local) <= 1 and len(chain) < 10
+        if not local:
+            break
+        current = (current.parent / local[0]).resolve()
+    assert any(b.startswith('mmpretrain::') for b in chain)
+    cfg = load(path)
+    assert cfg.default_scope == 'mmpretrain' and '://' not in cfg.pretty_text
+
+
+@pytest.mark.parametrize('name', TABLE_1)
+def test_table_1_classifier_has_the_attention_of_its_row_and_predicts_1000_classes(name):
+    family, arch, size, row = TABLE_1[name]
+    assert load(CLS / name).model.backbone.arch == arch
+    model = build_classifier(CLS / name).eval()
+    attns = attentions(model.backbone, family)
+    assert [type(a) for a in attns] == ROW_ATTENTIONS[family, row]
+    if family == 'pvt' and row == 'softmax':
+        assert [a.sr_ratio for a in attns] == [8, 4, 2, 1]
+    for a in attns:
+        if isinstance(a, LiSAAttention):
+            assert (a.num_steps, a.step_weights, a.use_global, a.use_local) == (3, 'adaptive', True, True)
+            assert a.focusing_factor == 3 and a.dwc is not None and a.feature_map == 'relu'
+        if isinstance(a, FocusedLinearAttention):
+            assert a.focusing_factor == 3 and a.dwc is not None
+    # the kernel attentions' positional encodings are laid out on the training grid
+    grid = (size // 16, size // 16) if family == 'deit' else (size // 4, size // 4)
+    assert getattr(attns[0], 'positional_encoding', None) is None or attns[0].positional_encoding.pos_shape == grid
+    with torch.no_grad():
+        logits = model(torch.rand(1, 3, 64, 64), mode='tensor')
+    assert logits.shape == (1, 1000) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize('group', sorted({n.replace('softmax', '{}').replace('flatten', '{}').replace('lisa', '{}')
+                                          for n in TABLE_1}))
+def test_table_1_rows_of_one_backbone_differ_only_in_the_attention(group):
+    lisa, *others = (load(CLS / group.format(row)) for row in ('lisa', 'softmax', 'flatten'))
+    for other in others:
+        changed = changed_paths(lisa, other)
+        assert changed and all(p.startswith('model.backbone.attn_cfg') for p in changed), changed
+
+
+@pytest.mark.parametrize('name', TABLE_1)
+def test_table_1_config_follows_its_original_recipe_at_1024_images_per_step(name):
+    family, arch, size, row = TABLE_1[name]
+    cfg = load(CLS / name)
+    warmup_epochs, drop_path = RECIPES[family]
+    # 300 epochs of 8 x 128 images, AdamW with lr 5e-4 x 1024 / 512, weight decay 0.05, clipping at 5
+    assert cfg.train_cfg.max_epochs == 300 and cfg.train_dataloader.batch_size == 128
+    assert name.split('_')[2] == '8xb128' and cfg.auto_scale_lr.base_batch_size == 8 * 128
+    opt = cfg.optim_wrapper.optimizer
+    assert (opt.type, opt.lr, opt.weight_decay, opt.betas, opt.eps) == ('AdamW', 5e-4 * 1024 / 512, 0.05,
+                                                                        (0.9, 0.999), 1e-8)
+    assert cfg.optim_wrapper.clip_grad == dict(max_norm=5.0)
+    warmup, cosine = cfg.param_scheduler
+    assert (warmup.type, warmup.end, warmup.start_factor, warmup.by_epoch, warmup.convert_to_iter_based) == (
+        'LinearLR', warmup_epochs, 1e-3, True, True)
+    assert (cosine.type, cosine.begin, cosine.eta_min, cosine.by_epoch) == (
+        'CosineAnnealingLR', warmup_epochs, 1e-5, True)
+    # DeiT's augmentation as mmpretrain writes it, drop path of the original recipe
+    assert cfg.model.backbone.drop_path_rate == drop_path
+    assert [(a.type, a.alpha) for a in cfg.model.train_cfg.augments] == [('Mixup', 0.8), ('CutMix', 1.0)]
+    assert (cfg.model.head.loss.type, cfg.model.head.loss.label_smooth_val) == ('LabelSmoothLoss', 0.1)
+    assert cfg.model.head.num_classes == 1000 and cfg.data_preprocessor.num_classes == 1000
+    train = {t.type: t for t in cfg.train_dataloader.dataset.pipeline}
+    assert train['RandomResizedCrop'].scale == size
+    ra = train['RandAugment']
+    assert (ra.policies, ra.num_policies, ra.magnitude_level, ra.magnitude_std) == ('timm_increasing', 2, 9, 0.5)
+    assert train['RandomErasing'].erase_prob == 0.25
+    test = {t.type: t for t in cfg.test_dataloader.dataset.pipeline}
+    assert test['CenterCrop'].crop_size == size and test['ResizeEdge'].scale == int(size * 256 / 224)
+    for loader, split in (('train_dataloader', 'train'), ('val_dataloader', 'val'), ('test_dataloader', 'val')):
+        dataset = cfg[loader].dataset
+        assert (dataset.type, dataset.data_root, dataset.split) == ('ImageNet', 'data/imagenet', split)
+    assert (cfg.val_evaluator.type, cfg.val_evaluator.topk) == ('Accuracy', (1, 5))
+
+
+# Table 1 rows whose ImageNet weights the dense configs of Tables 3-4 load (their `pretrained` files)
+DENSE = ROOT / 'configs' / 'segmentation', ROOT / 'configs' / 'detection'
+HAND_OFF = {
+    'pvt-tiny_lisa_8xb128_in1k.py': ('fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py',
+                                     'mask-rcnn_lisa-pvt-t_fpn_1x_coco.py'),
+    'pvt-tiny_softmax_8xb128_in1k.py': ('fpn_pvt-t_8xb4-40k_ade20k-512x512.py', 'mask-rcnn_pvt-t_fpn_1x_coco.py'),
+    'pvt-tiny_flatten_8xb128_in1k.py': ('fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py',
+                                        'mask-rcnn_flatten-pvt-t_fpn_1x_coco.py'),
+    'swin-tiny_lisa_8xb128_in1k.py': ('upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py',
+                                      'mask-rcnn_lisa-swin-t_fpn_1x_coco.py'),
+    'swin-tiny_softmax_8xb128_in1k.py': ('upernet_swin-t_8xb2-160k_ade20k-512x512.py',
+                                         'mask-rcnn_swin-t_fpn_1x_coco.py'),
+    'swin-tiny_flatten_8xb128_in1k.py': ('upernet_flatten-swin-t_8xb2-160k_ade20k-512x512.py',
+                                         'mask-rcnn_flatten-swin-t_fpn_1x_coco.py'),
+}
+
+
+@pytest.mark.parametrize('name', HAND_OFF)
+def test_classifier_backbone_holds_every_tensor_of_its_dense_backbones_at_the_same_shape(name):
+    from mmpretrain.registry import MODELS
+    init_default_scope('mmpretrain')
+    source = {k: v.shape for k, v in MODELS.build(load(CLS / name).model.backbone).state_dict().items()}
+    for folder, dense in zip(DENSE, HAND_OFF[name]):
+        target = {k: v.shape for k, v in MODELS.build(load(folder / dense).model.backbone).state_dict().items()}
+        # Swin classifies from the last stage's norm; the dense models add one per stage (new, as
+        # with the official Swin weights). Everything else is loaded as it is, nothing resized.
+        new = {k for k in target.keys() - source.keys() if k.split('.')[0] in ('norm0', 'norm1', 'norm2')}
+        assert target.keys() - new == source.keys(), dense
+        assert all(target[k] == source[k] for k in source), dense
+        assert bool(new) == name.startswith('swin')
+
+
+@pytest.mark.parametrize('name', ['deit-tiny_lisa_8xb128_in1k.py', 'pvt-tiny_lisa_8xb128_in1k.py',
+                                  'swin-tiny_lisa_8xb128_in1k.py', 'deit-tiny_flatten_8xb128_in1k.py'])
+def test_no_weight_decay_on_norms_biases_position_tables_feature_scales_and_alpha(name):
+    cfg = load(CLS / name)
+    model = build_classifier(CLS / name)
+    decay = {id(p): g['weight_decay']
+             for g in build_optim_wrapper(model, cfg.optim_wrapper).optimizer.param_groups for p in g['params']}
+    norms = {f'{n}.{k}' for n, m in model.named_modules() if isinstance(m, nn.LayerNorm) for k in ('weight', 'bias')}
+    exempt_names = ('pos_embed', 'cls_token', 'positional_encoding', 'relative_position_bias_table', '.scale',
+                    '.alpha')
+    seen = set()
+    for n, p in model.named_parameters():
+        exempt = n in norms or n.endswith('.bias') or any(e in n for e in exempt_names)
+        seen |= {e for e in exempt_names if e in n}
+        assert decay[id(p)] == (0.0 if exempt else 0.05), n
+    assert {'positional_encoding', '.scale'} <= seen  # kernel attentions in every one of these models
+    assert '.alpha' in seen or 'flatten' in name
+
+
+@pytest.mark.parametrize('name', ABLATIONS)
+def test_ablation_is_a_small_override_changing_only_the_attention_setting_it_names(name):
+    base, expected = ABLATIONS[name]
+    assert Config._get_base_files(str(ABL / name)) == [base]
+    cfg, base_cfg = load(ABL / name), load((ABL / base).resolve())
+    assert cfg.model.backbone.attn_cfg == expected
+    changed = changed_paths(cfg, base_cfg)
+    assert changed and all(p.startswith('model.backbone.attn_cfg.') for p in changed), changed
+    code = [line for line in (ABL / name).read_text().splitlines() if line and not line.startswith('#')]
+    assert len(code) == 3  # custom_imports, _base_, the one override
+    backbone = build_classifier(ABL / name).backbone
+    attn = backbone.layers[0].attn
+    assert type(attn) is {'lisa': LiSAAttention, 'linear': LinearAttention}[expected['type']]
+    assert (attn.focusing_factor is not None, attn.dwc is not None) == (expected.get('focusing', True),
+                                                                      expected.get('dwc', True))
+    assert attn.feature_map == expected.get('feature_map', 'relu')
+    if expected['type'] == 'lisa':
+        assert (attn.num_steps, attn.use_global, attn.use_local) == (
+            expected['num_steps'], expected.get('use_global', True), expected.get('use_local', True))
+        assert (attn.alpha is not None) == (attn.use_global and attn.use_local)
+
+
+# What the CPU variant may change: image sizes, schedule length, batch and loader processes,
+# the number of classes, the dataset (folder-per-class, classes from the folders) and its location.
+DEMO_MAY_CHANGE = ('data_root', 'img_size', 'max_epochs', 'sizes', 'train_pipeline', 'test_pipeline',
+                   'model.head.num_classes', 'data_preprocessor.num_classes', 'param_scheduler',
+                   'train_cfg.max_epochs', 'train_cfg.val_interval', 'default_hooks.logger.interval', 'randomness')
+DEMO_LOADER_MAY_CHANGE = ('batch_size', 'num_workers', 'persistent_workers', 'dataset.type', 'dataset.split',
+                          'dataset.data_root', 'dataset.data_prefix', 'dataset.pipeline')
+
+
+def test_cpu_variant_changes_only_sizes_schedule_batch_classes_and_data():
+    cfg, base = load(DEMO), load(CLS / 'pvt-tiny_lisa_8xb128_in1k.py')
+    for path in changed_paths(cfg, base):
+        loader, _, rest = path.partition('.')
+        if loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+            assert rest.startswith(DEMO_LOADER_MAY_CHANGE), path
+            if rest.startswith('dataset.pipeline'):
+                assert rest.rsplit('.', 1)[1] in ('scale', 'crop_size'), path
+        else:
+            assert path.startswith(DEMO_MAY_CHANGE), path
+    assert cfg.model.backbone == base.model.backbone  # the same LiSA-PVT-T, built for 224 px
+    assert [s.type for s in cfg.param_scheduler] == [s.type for s in base.param_scheduler]
+    assert cfg.model.train_cfg == base.model.train_cfg  # mixup / cutmix kept
+    assert (cfg.val_evaluator.type, cfg.val_evaluator.topk) == ('Accuracy', (1, 5)) and len(IMAGENET_CLASSES) >= 5
+
+
+# ---------------------------------------------------------------------------- end to end
+
+DATA = dict(num_train=40, num_val=20, size=64, seed=0)  # the demo config's comment
+EPOCHS, BATCH = 2, 8
+SEG = ROOT / 'configs' / 'segmentation' / 'fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'
+DET = ROOT / 'configs' / 'detection' / 'mask-rcnn_lisa-pvt-t_fpn_1x_coco.py'
+
+
+def run(cmd: list[str], cwd: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if k != 'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1')
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f'{" ".join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}'
+    return proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope='module')
+def pretrained(tmp_path_factory) -> dict:
+    """The CPU variant trained by ``mim train mmpretrain`` and tested by ``mim test mmpretrain``."""
+    cwd = tmp_path_factory.mktemp('imagenet')
+    generate('imagenet', cwd / 'data' / 'synthetic', **DATA)
+    work = cwd / 'work_dirs' / 'cls'
+    run([MIM, 'train', 'mmpretrain', str(DEMO), '--work-dir', str(work)], cwd)
+    checkpoint = work / f'epoch_{EPOCHS}.pth'
+    assert (work / 'last_checkpoint').read_text().strip() == str(checkpoint)
+    run([MIM, 'test', 'mmpretrain', str(DEMO), '--checkpoint', str(checkpoint), '--work-dir', str(work / 'test')],
+        cwd)
+    (result, ) = [p for p in (work / 'test').glob('*/*.json') if p.stem == p.parent.name]
+    return dict(cwd=cwd, checkpoint=checkpoint, metrics=json.loads(result.read_text()))
+
+
+def test_end_to_end_mim_train_saves_the_classifier_after_the_configured_iterations(pretrained):
+    ckpt = torch.load(pretrained['checkpoint'], map_location='cpu')
+    assert ckpt['meta']['epoch'] == EPOCHS and ckpt['meta']['iter'] == EPOCHS * DATA['num_train'] // BATCH
+    assert tuple(ckpt['meta']['dataset_meta']['classes']) == IMAGENET_CLASSES  # the class folders, sorted
+    assert ckpt['state_dict']['head.fc.weight'].shape == (len(IMAGENET_CLASSES), 512)
+
+
+def test_end_to_end_mim_test_reports_the_top1_of_mmpretrain_inference_and_top5_of_all_classes(pretrained):
+    from mmpretrain.apis import ImageClassificationInferencer
+    metrics = pretrained['metrics']
+    val = pretrained['cwd'] / 'data' / 'synthetic' / 'imagenet' / 'val'
+    images = sorted(val.glob('*/*.JPEG'))
+    assert len(images) == DATA['num_val']
+    inferencer = ImageClassificationInferencer(str(DEMO), pretrained=str(pretrained['checkpoint']), device='cpu')
+    predictions = inferencer([str(p) for p in images], batch_size=BATCH)
+    correct = [pred['pred_label'] == IMAGENET_CLASSES.index(p.parent.name) for pred, p in zip(predictions, images)]
+    assert metrics['accuracy/top1'] == pytest.approx(100 * sum(correct) / len(images))
+    assert metrics['accuracy/top5'] == 100  # 5 classes: the true one is always among the top 5
+
+
+@pytest.mark.parametrize('config, scope, heads', [
+    (SEG, 'mmseg', {'neck', 'decode_head'}),
+    (DET, 'mmdet', {'neck', 'rpn_head', 'roi_head'}),
+], ids=['semantic-fpn', 'mask-rcnn'])
+def test_end_to_end_checkpoint_initialises_every_backbone_weight_of_the_dense_lisa_pvt_t(pretrained, config,
+                                                                                           scope, heads):
+    cfg = Config.fromfile(str(config))
+    assert cfg.model.backbone.init_cfg.prefix == 'backbone.'
+    cfg.model.backbone.init_cfg.checkpoint = str(pretrained['checkpoint'])
+    init_default_scope(scope)
+    model = importlib.import_module(f'{scope}.registry').MODELS.build(cfg.model)
+    model.init_weights()
+    classifier = torch.load(pretrained['checkpoint'], map_location='cpu')['state_dict']
+    source = {k[len('backbone.'):]: v for k, v in classifier.items() if k.startswith('backbone.')}
+    state = model.backbone.state_dict()
+    assert state.keys() == source.keys()  # nothing missing, nothing left over
+    for key, value in source.items():
+        assert torch.equal(state[key], value), key
+    assert {k.split('.')[0] for k in model.state_dict()} == {'backbone', *heads}
