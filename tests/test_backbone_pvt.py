@@ -75,7 +75,9 @@ def test_tiny_with_pvt_softmax_has_exactly_the_parameters_of_mmdet_pvt_t_from_it
     from mmengine.config import Config
     from mmdet.registry import MODELS
     cfg = Config.fromfile(MMDET_CONFIGS / 'pvt' / 'retinanet_pvt-t_fpn_1x_coco.py')
-    reference = MODELS.build(cfg.model.backbone)
+    from mmengine.registry import DefaultScope
+    with DefaultScope.overwrite_default_scope('mmdet'):  # other tests may leave another scope current
+        reference = MODELS.build(cfg.model.backbone)
     ours = LiSAPVT(arch='tiny', attn_cfgs=PVT_SR)
     assert count(ours) == count(reference)
     assert [sum(p.numel() for p in s.parameters()) for s in ours.stages] == [

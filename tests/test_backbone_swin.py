@@ -84,7 +84,9 @@ def test_tiny_with_windows_everywhere_has_exactly_the_parameters_of_mmseg_swin_t
     from mmseg.registry import MODELS
     cfg = Config.fromfile(
         MMSEG_CONFIGS / 'swin' / 'swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py')
-    reference = MODELS.build(cfg.model.backbone)
+    from mmengine.registry import DefaultScope
+    with DefaultScope.overwrite_default_scope('mmseg'):  # other tests may leave another scope current
+        reference = MODELS.build(cfg.model.backbone)
     ours = LiSASwinTransformer(arch='tiny', attn_cfgs=dict(type='window'))
     assert count(ours) == count(reference)
     for i in range(4):
