@@ -114,34 +114,39 @@ class LiSAAttention(KernelAttention):
         """Per-token step weights ``softmax(MLP([q_i; k_i]))``, ``(B, h, n, T)`` (Eq. 10)."""
         first, last = self.step_mlp[0], self.step_mlp[-1]
         d = self.head_dim
-        # Token-major (B, n, h, d) views are contiguous, so the linears copy nothing;
-        # [q; k] W^T = q W_q^T + k W_k^T: no concatenated copy of q and k either.
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        hidden = F.linear(q, first.weight[:, :d]) + F.linear(k, first.weight[:, d:], first.bias)
-        return last(self.step_mlp[1](hidden)).softmax(dim=-1).transpose(1, 2)
+        # [q; k] W^T + b = (q W_q^T + b) + k W_k^T, accumulated in place: no copy of q and k.
+        hidden = torch.addmm(F.linear(q, first.weight[:, :d], first.bias).flatten(0, -2),
+                             k.flatten(0, -2), first.weight[:, d:].T)
+        return last(self.step_mlp[1](hidden)).softmax(dim=-1).view(*q.shape[:-1], -1)
 
-    def global_branch(self, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor | None = None) -> Tensor:
-        """The walk, times the per-head ``alpha (1, h, 1, 1)`` when given: ``alpha``
-        folds into the step weights, which costs no extra pass over the tokens."""
+    def global_branch(self, q: Tensor, k: Tensor, v: Tensor, weight: Tensor | None = None) -> Tensor:
+        """The walk, times the per-head ``weight (1, h, 1, 1)`` when given (folded into
+        the step weights: no extra pass over the tokens)."""
         if self.num_steps == math.inf:
             out = untruncated_walk(*transition_factors(q, k, self.eps), v, self.beta)
-            return out if alpha is None else alpha * out
+            return out if weight is None else weight * out
         if self.step_mlp is not None:
             weights = self.step_weights_of(q, k)
         else:
             weights = geometric_weights(self.beta, self.num_steps).to(v.device, torch.float32)
-        return random_walk(q, k, v, weights if alpha is None else weights * alpha, self.eps)
+        return random_walk(q, k, v, weights if weight is None else weights * weight, self.eps)
 
-    def local_branch(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
+    def local_branch(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int],
+                     weight: Tensor | None = None) -> Tensor:
+        """The 3x3 attention, times the per-head ``weight (1, h, 1, 1)`` when given."""
         p = self.num_prefix_tokens
-        grid = neighbourhood_attention(
-            q[:, :, p:], k[:, :, p:], v[:, :, p:], hw_shape, self.head_dim ** -0.5, self.local_kernel_size)
-        return torch.cat([v[:, :, :p], grid], dim=2) if p else grid
+        grid = neighbourhood_attention(q[:, :, p:], k[:, :, p:], v[:, :, p:], hw_shape, self.head_dim ** -0.5,
+                                       self.local_kernel_size, weight)
+        if not p:
+            return grid
+        return torch.cat([v[:, :, :p] if weight is None else weight * v[:, :, :p], grid], dim=2)
 
     def mix(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        # Both branches read q, k, v many times; per-head contiguous copies make every pass dense.
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         if not self.use_local:
             return self.global_branch(q, k, v)
         if not self.use_global:
             return self.local_branch(q, k, v, hw_shape)
         alpha = self.alpha.sigmoid().view(1, -1, 1, 1)
-        return self.global_branch(q, k, v, alpha) + (1 - alpha) * self.local_branch(q, k, v, hw_shape)
+        return self.global_branch(q, k, v, alpha) + self.local_branch(q, k, v, hw_shape, 1 - alpha)

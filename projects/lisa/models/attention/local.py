@@ -1,95 +1,151 @@
 """LiSA's local branch: softmax attention over each token's 3x3 grid neighbourhood."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 from torch import Tensor
 
-
-def _windows(h: int, w: int, kernel_size: int) -> list[tuple[slice, slice, slice, slice]]:
-    """For each window offset ``(dy, dx)`` (row-major), the query rows/columns whose
-    neighbour at that offset lies inside the image, and those neighbours' rows/columns."""
-    r = kernel_size // 2
-    out = []
-    for dy in range(-r, r + 1):
-        for dx in range(-r, r + 1):
-            ys, xs = slice(max(0, -dy), h - max(0, dy)), slice(max(0, -dx), w - max(0, dx))
-            out.append((ys, xs, slice(ys.start + dy, ys.stop + dy), slice(xs.start + dx, xs.stop + dx)))
-    return out
+# Elements of one operand processed at a time on the CPU: the nine window
+# offsets then reuse it from cache instead of streaming it from memory nine times.
+CPU_BLOCK_ELEMENTS = 3 << 17
 
 
 def neighbourhood_attention(
-    q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], scale: float, kernel_size: int = 3
+    q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], scale: float, kernel_size: int = 3,
+    out_scale: Tensor | None = None
 ) -> Tensor:
-    """``Y_i = sum_{j in N(i)} softmax_j(scale q_i.k_j) v_j`` over grid tokens.
+    """``Y_i = w sum_{j in N(i)} softmax_j(scale q_i.k_j) v_j`` over grid tokens.
 
     ``N(i)`` is the ``kernel_size x kernel_size`` window centred on token i,
     clipped at the image border (out-of-image neighbours are masked, not
     zero-padded), so each row of weights sums to one over the real neighbours.
-    Shapes: ``q, k (B, h, H*W, d)``, ``v (B, h, H*W, dv)`` -> ``(B, h, H*W, dv)``.
+    Shapes: ``q, k (B, h, H*W, d)``, ``v (B, h, H*W, dv)`` -> ``(B, h, H*W, dv)``;
+    ``out_scale`` (``w``, default 1) broadcasts to ``(B, h, 1, 1)``: a fusion
+    weight folded into the attention weights, which costs no pass over the tokens.
 
     Each window offset is one pass over the overlapping parts of two grids
-    (no padded or unfolded copies). Backward keeps q, k, v and the
-    ``(k*k, H, W)`` weights. The branch runs in float32 at least (exp of
-    large similarities under fp16/bf16); the output has ``v``'s dtype.
+    (no padded or unfolded copies); on the CPU the grid is processed in row
+    blocks that stay in cache across the offsets. Backward keeps q, k, v and
+    the ``(k*k, H, W)`` weights, and gathers each block's gradients from its
+    neighbours (no scatter, no zero fill). The branch runs in float32 at least
+    (exp of large similarities under fp16/bf16); the output has ``v``'s dtype.
     """
     dtype = torch.promote_types(torch.promote_types(q.dtype, v.dtype), torch.float32)
+    b, nh, n, _ = q.shape
+    h, w = hw_shape
+    out_dtype = v.dtype
+    q, k, v = (t.to(dtype).reshape(b * nh, h, w, -1) for t in (q, k, v))
+    out_scale = torch.ones((), dtype=dtype, device=q.device) if out_scale is None else out_scale
+    out_scale = out_scale.to(dtype).expand(b, nh, 1, 1).reshape(b * nh)
     with torch.autocast(q.device.type, enabled=False):
-        out = _NeighbourhoodAttention.apply(
-            q.to(dtype), k.to(dtype), v.to(dtype), tuple(hw_shape), scale, kernel_size)
-    return out.to(v.dtype)
+        out = _NeighbourhoodAttention.apply(q, k, v, out_scale, scale, kernel_size)
+    return out.view(b, nh, n, -1).to(out_dtype)
+
+
+class _Window:
+    """Window offset ``(dy, dx)``: query columns ``xs`` whose neighbour columns ``nxs`` are inside."""
+
+    def __init__(self, dy: int, dx: int, h: int, w: int) -> None:
+        self.dy = dy
+        self.rows = (max(0, -dy), h - max(0, dy))
+        self.xs, self.nxs = slice(max(0, -dx), w - max(0, dx)), slice(max(0, dx), w - max(0, -dx))
+
+    def rows_in(self, y0: int, y1: int, of_neighbours: bool = False) -> tuple[slice, slice] | None:
+        """Query rows with an in-image neighbour row, and those neighbour rows, where the
+        query rows (or, with ``of_neighbours``, the neighbour rows) lie in ``[y0, y1)``."""
+        shift = self.dy if of_neighbours else 0
+        a0, a1 = max(self.rows[0] + shift, y0) - shift, min(self.rows[1] + shift, y1) - shift
+        return (slice(a0, a1), slice(a0 + self.dy, a1 + self.dy)) if a0 < a1 else None
+
+
+def _blocks(t: Tensor) -> Iterator[tuple[slice, int, int]]:
+    """``(batch slice, y0, y1)`` blocks of a ``(BH, H, W, d)`` grid (one block off the CPU)."""
+    bh, h, w, d = t.shape
+    if t.device.type != 'cpu':
+        yield slice(None), 0, h
+        return
+    per_item = h * w * d
+    items = max(1, min(bh, CPU_BLOCK_ELEMENTS // per_item))
+    rows = max(1, CPU_BLOCK_ELEMENTS // (items * w * d))
+    for i in range(0, bh, items):
+        for y0 in range(0, h, rows):
+            yield slice(i, i + items), y0, min(h, y0 + rows)
 
 
 class _NeighbourhoodAttention(torch.autograd.Function):
-    """Forward and backward of :func:`neighbourhood_attention`, one pass per window offset.
+    """Forward and backward of :func:`neighbourhood_attention` on ``(BH, H, W, d)`` grids.
 
-    With ``a_o(i) = softmax_o(scale q_i.k_(i+o))`` and upstream gradient ``G``:
+    With ``a_o(i) = softmax_o(scale q_i.k_(i+o))``, ``Y_i = w sum_o a_o(i) v_(i+o)``,
+    upstream gradient ``G`` and ``p_o(i) = G_i.v_(i+o)``:
 
-        dv_(i+o) += a_o(i) G_i,   g_o(i) = a_o(i) (G_i.v_(i+o) - sum_o' a_o'(i) G_i.v_(i+o')),
-        dq_i += scale g_o(i) k_(i+o),   dk_(i+o) += scale g_o(i) q_i.
+        dw = sum_(i,o) a_o(i) p_o(i),   g_o(i) = w a_o(i) (p_o(i) - sum_o' a_o'(i) p_o'(i)),
+        dq_i = scale sum_o g_o(i) k_(i+o),  dk_(i+o) += scale g_o(i) q_i,  dv_(i+o) += w a_o(i) G_i.
     """
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, hw_shape: tuple[int, int], scale: float,
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, scale: float,
                 kernel_size: int) -> Tensor:
-        b, nh, n, d = q.shape
-        h, w = hw_shape
-        windows = _windows(h, w, kernel_size)
-        qg, kg, vg = q.view(b, nh, h, w, d), k.view(b, nh, h, w, d), v.view(b, nh, h, w, -1)
-        logits = q.new_full((b, nh, len(windows), h, w), float('-inf'))
-        for o, (ys, xs, ny, nx) in enumerate(windows):
-            logits[:, :, o, ys, xs] = torch.linalg.vecdot(qg[:, :, ys, xs], kg[:, :, ny, nx]) * scale
-        attn = logits.softmax(dim=2)
-        centre = len(windows) // 2  # offset (0, 0): covers the whole grid
-        out = attn[:, :, centre, ..., None] * vg
-        for o, (ys, xs, ny, nx) in enumerate(windows):
-            if o != centre:
-                out[:, :, ys, xs].addcmul_(attn[:, :, o, ys, xs, None], vg[:, :, ny, nx])
-        ctx.save_for_backward(q, k, v, attn)
-        ctx.hw_shape, ctx.scale, ctx.kernel_size = hw_shape, scale, kernel_size
-        return out.view(b, nh, n, -1)
+        bh, h, w, _ = q.shape
+        r = kernel_size // 2
+        windows = [_Window(dy, dx, h, w) for dy in range(-r, r + 1) for dx in range(-r, r + 1)]
+        centre = len(windows) // 2  # offset (0, 0), inside for every token
+        attn = q.new_full((bh, len(windows), h, w), float('-inf'))
+        out = v.new_empty(v.shape)
+        for bs, y0, y1 in _blocks(q):
+            for o, win in enumerate(windows):
+                if (rows := win.rows_in(y0, y1)) is not None:
+                    ys, ny = rows
+                    attn[bs, o, ys, win.xs] = torch.linalg.vecdot(q[bs, ys, win.xs], k[bs, ny, win.nxs])
+            attn[bs, :, y0:y1] = a = (attn[bs, :, y0:y1] * scale).softmax(dim=1)
+            a = a * out_scale[bs, None, None, None]
+            torch.mul(a[:, centre, ..., None], v[bs, y0:y1], out=out[bs, y0:y1])
+            for o, win in enumerate(windows):
+                if o != centre and (rows := win.rows_in(y0, y1)) is not None:
+                    ys, ny = rows
+                    out[bs, ys, win.xs].addcmul_(a[:, o, ys.start - y0:ys.stop - y0, win.xs, None],
+                                                 v[bs, ny, win.nxs])
+        ctx.save_for_backward(q, k, v, out_scale, attn)
+        ctx.scale, ctx.kernel_size = scale, kernel_size
+        return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):
-        q, k, v, attn = ctx.saved_tensors
-        b, nh, n, d = q.shape
-        h, w = ctx.hw_shape
-        windows = _windows(h, w, ctx.kernel_size)
+        q, k, v, out_scale, attn = ctx.saved_tensors
+        bh, h, w, _ = q.shape
+        r = ctx.kernel_size // 2
+        windows = [_Window(dy, dx, h, w) for dy in range(-r, r + 1) for dx in range(-r, r + 1)]
         centre = len(windows) // 2
-        qg, kg, vg = q.view(b, nh, h, w, d), k.view(b, nh, h, w, d), v.view(b, nh, h, w, -1)
-        gg = grad.reshape(b, nh, h, w, -1)
-        g = torch.zeros_like(attn)  # G_i . v_(i+o); zero outside the image, where attn = 0
-        for o, (ys, xs, ny, nx) in enumerate(windows):
-            g[:, :, o, ys, xs] = torch.linalg.vecdot(gg[:, :, ys, xs], vg[:, :, ny, nx])
-        g = attn * (g - (attn * g).sum(dim=2, keepdim=True)) * ctx.scale
-        d_q = g[:, :, centre, ..., None] * kg
-        d_k = g[:, :, centre, ..., None] * qg
-        d_v = attn[:, :, centre, ..., None] * gg
-        for o, (ys, xs, ny, nx) in enumerate(windows):
-            if o != centre:
-                d_q[:, :, ys, xs].addcmul_(g[:, :, o, ys, xs, None], kg[:, :, ny, nx])
-                d_k[:, :, ny, nx].addcmul_(g[:, :, o, ys, xs, None], qg[:, :, ys, xs])
-                d_v[:, :, ny, nx].addcmul_(attn[:, :, o, ys, xs, None], gg[:, :, ys, xs])
-        return d_q.view(b, nh, n, d), d_k.view(b, nh, n, d), d_v.view(b, nh, n, -1), None, None, None
+        grad = grad.contiguous()
+        # Pass 1: g_o(i) on every query row.
+        g = torch.zeros_like(attn)  # p_o(i) = G_i.v_(i+o); stays zero outside the image, where a = 0
+        d_w = torch.zeros_like(out_scale)
+        for bs, y0, y1 in _blocks(q):
+            for o, win in enumerate(windows):
+                if (rows := win.rows_in(y0, y1)) is not None:
+                    ys, ny = rows
+                    g[bs, o, ys, win.xs] = torch.linalg.vecdot(grad[bs, ys, win.xs], v[bs, ny, win.nxs])
+            a, p = attn[bs, :, y0:y1], g[bs, :, y0:y1]
+            ap = (a * p).sum(dim=1, keepdim=True)
+            d_w[bs] = ap.sum((1, 2, 3))
+            g[bs, :, y0:y1] = a * (p - ap) * (out_scale[bs, None, None, None] * ctx.scale)
+        # Pass 2: each block gathers the gradients of its own rows (no zero fill, no scatter).
+        a = attn * out_scale[:, None, None, None]
+        d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        for bs, y0, y1 in _blocks(q):
+            own = slice(y0, y1)
+            torch.mul(g[bs, centre, own, :, None], k[bs, own], out=d_q[bs, own])
+            torch.mul(g[bs, centre, own, :, None], q[bs, own], out=d_k[bs, own])
+            torch.mul(a[bs, centre, own, :, None], grad[bs, own], out=d_v[bs, own])
+            for o, win in enumerate(windows):
+                if o == centre:
+                    continue
+                if (rows := win.rows_in(y0, y1)) is not None:  # query rows in the block
+                    ys, ny = rows
+                    d_q[bs, ys, win.xs].addcmul_(g[bs, o, ys, win.xs, None], k[bs, ny, win.nxs])
+                if (rows := win.rows_in(y0, y1, of_neighbours=True)) is not None:  # key rows in the block
+                    ys, ny = rows
+                    d_k[bs, ny, win.nxs].addcmul_(g[bs, o, ys, win.xs, None], q[bs, ys, win.xs])
+                    d_v[bs, ny, win.nxs].addcmul_(a[bs, o, ys, win.xs, None], grad[bs, ys, win.xs])
+        return d_q, d_k, d_v, d_w, None, None

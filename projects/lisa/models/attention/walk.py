@@ -71,10 +71,10 @@ def random_walk(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) ->
         Y = w_0 V + sum_{k>=1} w_k Q~ M_k
 
     Fixed weights fold into one d x dv matrix; per-token weights read
-    ``Q~ [M_1 | ... | M_(T-1)]`` in a single token pass. The backward pass
-    (:class:`_RandomWalk`) keeps only ``q, k, v``, the weights, per-token
-    scalars and the d x dv matrices; ``Q~`` and ``K / max(K)`` are recomputed.
-    Under autocast everything runs in the autocast dtype.
+    ``Q~ [M_1 | ... | M_(T-1)]`` in a single token pass. Backward is analytic
+    (:class:`_RandomWalk`): it keeps ``Q~``, ``K / max(K)``, ``V``, the weights
+    and the d x dv matrices, never a token-sized tensor per walk term. Under
+    autocast the walk runs in the autocast dtype.
     """
     num_steps = weights.shape[-1]
     if num_steps == 1:
@@ -84,6 +84,13 @@ def random_walk(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) ->
     with torch.autocast(q.device.type, enabled=False):
         out = _RandomWalk.apply(q.to(dtype), k.to(dtype), v.to(dtype), weights.to(dtype), eps)
     return out.to(v.dtype)
+
+
+def _add_matmul_(out: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """``out += a @ b`` for ``(..., n, m)`` batches, accumulated by the matmul itself
+    (``out`` contiguous)."""
+    out.view(-1, *out.shape[-2:]).baddbmm_(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
+    return out
 
 
 def _sum_to(x: Tensor, shape: torch.Size) -> Tensor:
@@ -177,10 +184,9 @@ class _RandomWalk(torch.autograd.Function):
             d_a += d_m[t] @ m[..., t - 1, :, :].transpose(-2, -1)
             d_m[t - 1] = d_m[t - 1] + a.transpose(-2, -1) @ d_m[t]
         # A = k_bar^T q_hat, M_1 = k_bar^T v
-        k_d = k_bar @ torch.cat([d_a, d_m[0]], dim=-1)
-        d_q_hat += k_d[..., :d]
-        d_v = torch.addcmul(k_d[..., d:], grad, weights[..., :1])
-        d_k_bar = (q_hat @ d_a.transpose(-2, -1)).add_(v @ d_m[0].transpose(-2, -1))
+        _add_matmul_(d_q_hat, k_bar, d_a)
+        d_v = _add_matmul_(torch.mul(grad, weights[..., :1], out=grad.new_empty(grad.shape)), k_bar, d_m[0])
+        d_k_bar = _add_matmul_(q_hat @ d_a.transpose(-2, -1), v, d_m[0].transpose(-2, -1))
         # q_hat_i = c_i q_i / mq_i, c_i = s / (q_i.mu / mq_i + eps): with e_i = -(q_hat_i.d_q_hat_i) / s,
         # d q_i = (c_i / mq_i) (d_q_hat_i + e_i mu), d mu = sum_i e_i q_hat_i, d mq_i = eps c_i e_i / mq_i
         e = torch.linalg.vecdot(q_hat, d_q_hat).unsqueeze(-1) * (-1 / s)
