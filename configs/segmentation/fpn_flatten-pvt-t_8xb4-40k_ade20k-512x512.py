@@ -1,0 +1,7 @@
+# Semantic FPN + FLatten-PVT-T (focused linear attention, no spatial reduction): Table 3, FLatten row.
+custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+_base_ = './fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'
+
+pretrained = 'pretrain/flatten-pvt-t_in1k.pth'
+
+model = dict(backbone=dict(attn_cfgs=dict(type='flatten'), init_cfg=dict(checkpoint=pretrained)))

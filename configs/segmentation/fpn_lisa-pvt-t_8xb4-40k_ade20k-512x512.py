@@ -1,0 +1,33 @@
+# Semantic FPN + LiSA-PVT-T on ADE20K, 512x512 crops: Table 3 of the paper, PVT-T LiSA row.
+# The PVT authors' recipe: AdamW lr 2e-4, weight decay 1e-4, poly decay (power 0.9) to 0,
+# 40k iterations of 32 images (8 GPUs x 4), FPN neck 256 and FPN head 128 channels
+# (mmseg's fpn_r50 base; 16.98M parameters with the softmax PVT-T, as in the PVT paper).
+custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+_base_ = [
+    'mmseg::_base_/models/fpn_r50.py', 'mmseg::_base_/datasets/ade20k.py',
+    'mmseg::_base_/default_runtime.py', 'mmseg::_base_/schedules/schedule_40k.py'
+]
+
+# ImageNet-1K weights of the backbone: an mmpretrain checkpoint of
+# configs/classification (keys 'backbone.*'), copied or linked to this path.
+pretrained = 'pretrain/lisa-pvt-t_in1k.pth'
+
+crop_size = (512, 512)
+data_preprocessor = dict(size=crop_size)
+model = dict(
+    data_preprocessor=data_preprocessor,
+    pretrained=None,
+    backbone=dict(
+        _delete_=True,
+        type='LiSAPVT',
+        arch='tiny',
+        attn_cfgs=dict(type='lisa'),
+        pretrain_img_size=224,
+        out_indices=(0, 1, 2, 3),
+        drop_path_rate=0.1,
+        init_cfg=dict(type='Pretrained', checkpoint=pretrained, prefix='backbone.')),
+    neck=dict(in_channels=[64, 128, 320, 512]),
+    decode_head=dict(num_classes=150))
+
+optim_wrapper = dict(_delete_=True, type='OptimWrapper', optimizer=dict(type='AdamW', lr=2e-4, weight_decay=1e-4))
+param_scheduler = [dict(type='PolyLR', eta_min=0.0, power=0.9, begin=0, end=40000, by_epoch=False)]

@@ -1,0 +1,7 @@
+# UperNet + Swin-T (shifted 7x7 window softmax attention in all stages): Table 3, Swin row.
+custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+_base_ = './upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py'
+
+checkpoint_file = 'pretrain/swin-t_in1k.pth'
+
+model = dict(backbone=dict(attn_cfgs=[dict(type='window') for _ in range(4)], init_cfg=dict(checkpoint=checkpoint_file)))

@@ -1,0 +1,265 @@
+"""The Table 3 / Table 4 configs: one per row, the paper's recipes, the mm base configs, no internet.
+
+References: the recipes of §5 of the paper notes (values written out here), the
+attention classes of ``projects.lisa`` and mmengine's own optimiser constructor
+(which parameters get weight decay).
+"""
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.optim import build_optim_wrapper
+from mmengine.registry import init_default_scope
+
+from projects.lisa.models.attention import FocusedLinearAttention, LiSAAttention, SoftmaxAttention
+from projects.lisa.models.backbones.swin import ShiftedWindowAttention
+
+ROOT = Path(__file__).resolve().parents[1]
+SEG, DET = ROOT / 'configs' / 'segmentation', ROOT / 'configs' / 'detection'
+
+# Table 3 and Table 4 rows: config -> (backbone, attention class per stage, softmax sr ratios)
+PVT_ROWS = {
+    'lisa': ([LiSAAttention] * 4, None),
+    'pvt': ([SoftmaxAttention] * 4, [8, 4, 2, 1]),
+    'flatten': ([FocusedLinearAttention] * 4, None),
+}
+SWIN_ROWS = {
+    'lisa': [LiSAAttention, LiSAAttention, ShiftedWindowAttention, ShiftedWindowAttention],
+    'swin': [ShiftedWindowAttention] * 4,
+    'flatten': [FocusedLinearAttention, FocusedLinearAttention, ShiftedWindowAttention, ShiftedWindowAttention],
+}
+ROWS = {
+    SEG / 'fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py': ('mmseg', 'pvt', 'lisa'),
+    SEG / 'fpn_pvt-t_8xb4-40k_ade20k-512x512.py': ('mmseg', 'pvt', 'pvt'),
+    SEG / 'fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py': ('mmseg', 'pvt', 'flatten'),
+    SEG / 'upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py': ('mmseg', 'swin', 'lisa'),
+    SEG / 'upernet_swin-t_8xb2-160k_ade20k-512x512.py': ('mmseg', 'swin', 'swin'),
+    SEG / 'upernet_flatten-swin-t_8xb2-160k_ade20k-512x512.py': ('mmseg', 'swin', 'flatten'),
+    DET / 'mask-rcnn_lisa-pvt-t_fpn_1x_coco.py': ('mmdet', 'pvt', 'lisa'),
+    DET / 'mask-rcnn_pvt-t_fpn_1x_coco.py': ('mmdet', 'pvt', 'pvt'),
+    DET / 'mask-rcnn_flatten-pvt-t_fpn_1x_coco.py': ('mmdet', 'pvt', 'flatten'),
+    DET / 'mask-rcnn_lisa-swin-t_fpn_1x_coco.py': ('mmdet', 'swin', 'lisa'),
+    DET / 'mask-rcnn_swin-t_fpn_1x_coco.py': ('mmdet', 'swin', 'swin'),
+    DET / 'mask-rcnn_flatten-swin-t_fpn_1x_coco.py': ('mmdet', 'swin', 'flatten'),
+}
+DEMOS = {
+    SEG / 'demo' / 'fpn_lisa-pvt-t_1xb4-150iter_synthetic-ade20k-96x96.py': SEG / 'fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py',
+    DET / 'demo' / 'mask-rcnn_lisa-pvt-t_fpn_1xb4-12e_synthetic-coco-96.py': DET / 'mask-rcnn_lisa-pvt-t_fpn_1x_coco.py',
+}
+ids = [p.name for p in ROWS]
+
+
+def load(path: Path) -> Config:
+    return Config.fromfile(str(path))
+
+
+_models: dict[Path, torch.nn.Module] = {}
+
+
+def build_model(path: Path) -> torch.nn.Module:
+    """The config's model, built once per session (weights not loaded: no checkpoint needed)."""
+    if path not in _models:
+        cfg = load(path)
+        init_default_scope(cfg.default_scope)
+        from mmengine.registry import MODELS
+        _models[path] = MODELS.build(cfg.model)
+    return _models[path]
+
+
+def test_every_config_of_the_tables_exists_and_the_demo_configs_too():
+    found = {p for p in [*SEG.glob('*.py'), *DET.glob('*.py')]}
+    assert found == set(ROWS)
+    assert all(p.is_file() for p in DEMOS)
+
+
+@pytest.mark.parametrize('path', ROWS, ids=ids)
+def test_config_starts_with_custom_imports_and_inherits_an_mm_base_through_its_scope(path):
+    text = path.read_text()
+    code = [line for line in text.splitlines() if line and not line.startswith('#')]
+    assert code[0] == "custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)"
+    chain, current = [], path
+    while True:  # follow the local _base_ chain to the mm scope
+        bases = Config._get_base_files(str(current))
+        chain += bases
+        local = [b for b in bases if b.startswith('./')]
+        if not local:
+            break
+        current = current.parent / local[0]
+    scope = ROWS[path][0]
+    assert chain and all(b.startswith(('./', f'{scope}::')) for b in chain)
+    assert any(b.startswith(f'{scope}::') for b in chain)
+
+
+@pytest.mark.parametrize('path', [*ROWS, *DEMOS], ids=[*ids, *(p.name for p in DEMOS)])
+def test_config_needs_no_internet_and_reads_the_mm_data_paths(path):
+    cfg = load(path)
+    assert '://' not in cfg.pretty_text  # no open-mmlab://, torchvision://, https:// weights
+    root = cfg.train_dataloader.dataset.data_root
+    demo = path in DEMOS
+    expected = {'mmseg': 'data/ade/ADEChallengeData2016', 'mmdet': 'data/coco/'}[cfg.default_scope]
+    assert root == ('data/synthetic/' + expected[len('data/'):] if demo else expected)
+    for loader in ('val_dataloader', 'test_dataloader'):
+        assert cfg[loader].dataset.data_root == root
+
+
+@pytest.mark.parametrize('path', ROWS, ids=ids)
+def test_pretrained_backbone_is_the_config_variable_and_a_local_file(path):
+    cfg = load(path)
+    variable = 'checkpoint_file' if path.name.startswith('upernet') else 'pretrained'
+    init = cfg.model.backbone.init_cfg
+    assert init.type == 'Pretrained' and init.checkpoint == cfg[variable]
+    assert cfg[variable].startswith('pretrain/') and cfg[variable].endswith('_in1k.pth')
+    assert init.prefix == 'backbone.'  # an mmpretrain ImageClassifier checkpoint
+    assert cfg.model.get('pretrained') is None  # the mm bases' 'open-mmlab://' / URL weights are gone
+
+
+@pytest.mark.parametrize('path', ROWS, ids=ids)
+def test_backbone_has_the_attention_of_its_table_row_and_feeds_the_heads(path):
+    scope, family, row = ROWS[path]
+    model = build_model(path)
+    backbone = model.backbone
+    if family == 'pvt':
+        classes, sr = PVT_ROWS[row]
+        attns = [stage.blocks[0].attn for stage in backbone.stages]
+        if sr is not None:
+            assert [a.sr_ratio for a in attns] == sr
+        channels = [64, 128, 320, 512]
+    else:
+        classes = SWIN_ROWS[row]
+        attns = [stage.blocks[0].attn for stage in backbone.stages]
+        channels = [96, 192, 384, 768]
+    assert [type(a) for a in attns] == classes
+    model.eval()
+    with torch.no_grad():
+        feats = backbone(torch.rand(1, 3, 64, 96))
+        assert [f.shape[1] for f in feats] == channels
+        assert [f.shape[2:] for f in feats] == [(64 // s, 96 // s) for s in (4, 8, 16, 32)]
+        if scope == 'mmdet':  # a two-stage detector's forward needs the image metas
+            from mmdet.testing import demo_mm_inputs
+            data = model.data_preprocessor(demo_mm_inputs(1, [(3, 64, 96)], num_classes=80), False)
+            out = model(**data, mode='tensor')
+        else:
+            out = model(torch.rand(1, 3, 64, 96), mode='tensor')  # neck and heads accept the features
+    first = out if isinstance(out, torch.Tensor) else out[0]
+    first = first[0] if isinstance(first, (list, tuple)) else first
+    assert torch.isfinite(first).all()
+
+
+def _optimizer_of(cfg: Config, path: Path):
+    return build_optim_wrapper(build_model(path), cfg.optim_wrapper).optimizer
+
+
+@pytest.mark.parametrize('path', [p for p in ROWS if p.name.startswith('fpn')], ids=lambda p: p.name)
+def test_semantic_fpn_configs_follow_the_pvt_recipe(path):
+    cfg = load(path)
+    assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=2e-4, weight_decay=1e-4)
+    assert 'paramwise_cfg' not in cfg.optim_wrapper
+    (poly, ) = cfg.param_scheduler
+    assert (poly.type, poly.power, poly.eta_min, poly.end, poly.by_epoch) == ('PolyLR', 0.9, 0.0, 40000, False)
+    assert cfg.train_cfg.max_iters == 40000 and cfg.train_dataloader.batch_size == 4  # x 8 GPUs = 32
+    crop = [t for t in cfg.train_dataloader.dataset.pipeline if t.type == 'RandomCrop'][0]
+    assert crop.crop_size == (512, 512) and cfg.model.data_preprocessor.size == (512, 512)
+    assert cfg.model.neck.out_channels == 256 and cfg.model.decode_head.channels == 128
+    assert cfg.model.decode_head.num_classes == 150
+    assert cfg.model.backbone.drop_path_rate == 0.1
+
+
+@pytest.mark.parametrize('path', [p for p in ROWS if p.name.startswith('upernet')], ids=lambda p: p.name)
+def test_upernet_configs_follow_the_swin_recipe(path):
+    cfg = load(path)
+    assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=6e-5, betas=(0.9, 0.999), weight_decay=0.01)
+    warmup, poly = cfg.param_scheduler
+    assert (warmup.type, warmup.begin, warmup.end) == ('LinearLR', 0, 1500)
+    assert (poly.type, poly.power, poly.eta_min, poly.begin, poly.end) == ('PolyLR', 1.0, 0.0, 1500, 160000)
+    assert cfg.train_cfg.max_iters == 160000 and cfg.train_dataloader.batch_size == 2  # x 8 GPUs = 16
+    assert cfg.model.data_preprocessor.size == (512, 512)
+    assert cfg.model.decode_head.type == 'UPerHead' and cfg.model.decode_head.channels == 512
+    aux = cfg.model.auxiliary_head
+    assert aux.type == 'FCNHead' and aux.loss_decode.loss_weight == 0.4
+    assert cfg.model.backbone.drop_path_rate == 0.3
+
+
+@pytest.mark.parametrize('path', [p for p in ROWS if p.name.startswith('mask-rcnn')], ids=lambda p: p.name)
+def test_mask_rcnn_configs_follow_the_1x_schedule_and_their_backbone_recipe(path):
+    cfg = load(path)
+    warmup, steps = cfg.param_scheduler
+    assert warmup.type == 'LinearLR' and not warmup.by_epoch and 500 <= warmup.end <= 1000
+    assert steps.type == 'MultiStepLR' and steps.by_epoch and steps.milestones == [8, 11]
+    assert cfg.train_cfg.max_epochs == 12 and cfg.train_dataloader.batch_size == 2  # x 8 GPUs = 16
+    resize = [t for t in cfg.train_dataloader.dataset.pipeline if t.type == 'Resize'][0]
+    assert resize.scale == (1333, 800)
+    if 'swin' in path.name:
+        assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05)
+        assert cfg.model.backbone.drop_path_rate == 0.2
+    else:
+        assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=2e-4, weight_decay=1e-4)
+        assert cfg.model.backbone.drop_path_rate == 0.1
+
+
+@pytest.mark.parametrize('path', [p for p in ROWS if 'swin' in p.name], ids=lambda p: p.name)
+def test_swin_recipes_exempt_norms_and_position_tables_from_weight_decay(path):
+    cfg = load(path)
+    decay = cfg.optim_wrapper.optimizer.weight_decay
+    model = build_model(path)
+    by_param = {id(p): g['weight_decay'] for g in _optimizer_of(cfg, path).param_groups for p in g['params']}
+    named = dict(model.named_parameters())
+    exempt = [n for n in named if n.startswith('backbone.') and (
+        'norm' in n or 'relative_position_bias_table' in n or 'positional_encoding' in n)]
+    assert any('relative_position_bias_table' in n for n in exempt)
+    if ROWS[path][2] != 'swin':
+        assert any('positional_encoding' in n for n in exempt)
+    assert all(by_param[id(named[n])] == 0 for n in exempt)
+    assert by_param[id(named['backbone.stages.0.blocks.0.attn.qkv.weight'])] == decay
+
+
+def config_diff(a, b, path=''):
+    """Paths (dotted, list items as [i]) where two resolved config trees differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str)
+                for d in config_diff(a.get(k, '<missing>'), b.get(k, '<missing>'), f'{path}.{k}' if path else k)]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b) and not (
+            all(isinstance(x, (int, float)) for x in [*a, *b])):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in config_diff(x, y, f'{path}[{i}]')]
+    return [] if a == b else [path]
+
+
+# What a CPU demo may change: sizes (images, crops, head widths, RoIs per image), schedule, data
+# location, loader processes, SyncBN -> BN, the pretrained weights and its own helper variables.
+DEMO_MAY_CHANGE = (
+    'crop_size', 'scale', 'sizes', 'width', 'norm_cfg', 'max_iters', 'data_root', 'randomness', 'train_pipeline', 'test_pipeline',
+    'data_preprocessor.size', 'model.data_preprocessor.size', 'model.backbone.init_cfg',
+    'model.decode_head.norm_cfg', 'model.train_cfg.rcnn.sampler.num',
+    'param_scheduler', 'train_cfg.max_iters', 'train_cfg.val_interval',
+    'default_hooks.logger.interval', 'default_hooks.checkpoint.interval', 'train_dataloader.batch_size',
+    'val_evaluator.ann_file', 'test_evaluator.ann_file',
+)
+LOADER_MAY_CHANGE = ('num_workers', 'persistent_workers', 'dataset.data_root', 'dataset.ann_file')
+PIPELINE_MAY_CHANGE = ('scale', 'crop_size')
+
+
+def demo_may_change(path: str) -> bool:
+    if path.startswith(DEMO_MAY_CHANGE) or path.endswith('._scope_'):  # _scope_: mmengine's bookkeeping
+        return True
+    if path.startswith('model.') and not path.startswith('model.backbone.') and path.endswith('channels'):
+        return True  # neck and head widths; the backbone stays the paper's
+    loader, _, rest = path.partition('.')
+    if loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        if rest.startswith(LOADER_MAY_CHANGE):
+            return True
+        if rest.startswith('dataset.pipeline['):
+            return rest.split('.')[-1] in PIPELINE_MAY_CHANGE
+    return False
+
+
+@pytest.mark.parametrize('demo', DEMOS, ids=lambda p: p.name)
+def test_demo_config_inherits_its_table_config_and_changes_only_sizes_schedule_data_and_norm(demo):
+    base = DEMOS[demo]
+    assert Config._get_base_files(str(demo)) == [f'../{base.name}']
+    demo_cfg, base_cfg = load(demo), load(base)
+    changed = config_diff(demo_cfg.to_dict(), base_cfg.to_dict())
+    assert changed, 'the demo must at least shrink the images'
+    assert [p for p in changed if not demo_may_change(p)] == []
+    # the schedule's shape is kept: same schedulers in the same order
+    assert [s.type for s in demo_cfg.param_scheduler] == [s.type for s in base_cfg.param_scheduler]
+    assert 'SyncBN' not in demo_cfg.pretty_text and demo_cfg.model.backbone.init_cfg is None

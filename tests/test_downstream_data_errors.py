@@ -1,0 +1,110 @@
+"""Bad data input: missing roots say where and how to prepare; corrupt files are named.
+
+The datasets are real-format files written by ``projects.lisa.datasets`` and
+then damaged here; the errors are those a run of ``tools/train.py`` /
+``tools/test.py`` meets (their :class:`projects.lisa.data_check.Runner`).
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+from projects.lisa.data_check import DataError, Runner, check_data_roots
+from projects.lisa.datasets import generate
+
+ROOT = Path(__file__).resolve().parents[1]
+SEG = ROOT / 'configs/segmentation/fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'
+DET = ROOT / 'configs/detection/mask-rcnn_lisa-pvt-t_fpn_1x_coco.py'
+SEG_DEMO = ROOT / 'configs/segmentation/demo/fpn_lisa-pvt-t_1xb4-150iter_synthetic-ade20k-96x96.py'
+DET_DEMO = ROOT / 'configs/detection/demo/mask-rcnn_lisa-pvt-t_fpn_1xb4-12e_synthetic-coco-96.py'
+
+
+def with_data_root(path: Path, root: Path) -> Config:
+    """The config with every dataloader (and the COCO metric) reading ``root``."""
+    cfg = Config.fromfile(str(path))
+    coco = cfg.default_scope == 'mmdet'
+    root = f'{root}/' if coco else str(root)
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        cfg[loader].dataset.data_root = root
+        cfg[loader].num_workers, cfg[loader].persistent_workers = 0, False
+    if coco:
+        for evaluator in ('val_evaluator', 'test_evaluator'):
+            cfg[evaluator].ann_file = root + 'annotations/instances_val2017.json'
+    init_default_scope(cfg.default_scope)
+    return cfg
+
+
+@pytest.mark.parametrize('config,dataset,archive', [
+    (SEG, 'ade20k', 'ADEChallengeData2016.zip'), (DET, 'coco', 'annotations_trainval2017.zip')])
+def test_missing_dataset_root_says_where_data_is_expected_and_how_to_prepare_it(config, dataset, archive, tmp_path):
+    cfg = with_data_root(config, tmp_path / 'nowhere')
+    with pytest.raises(FileNotFoundError) as error:
+        check_data_roots(cfg, ('train_dataloader', 'val_dataloader'))
+    message = str(error.value)
+    assert repr(str(tmp_path / 'nowhere') + ('/' if dataset == 'coco' else '')) in message
+    assert archive in message and f'python tools/generate_data.py {dataset} --out data' in message
+
+
+def test_missing_split_folder_is_named_even_when_the_root_exists(tmp_path):
+    generate('ade20k', tmp_path, num_train=2, num_val=1, size=32, seed=0)
+    root = tmp_path / 'ade' / 'ADEChallengeData2016'
+    (root / 'annotations' / 'validation').rename(root / 'annotations' / 'val')
+    cfg = with_data_root(SEG, root)
+    check_data_roots(cfg, ('train_dataloader', ))  # the training split is complete
+    with pytest.raises(FileNotFoundError, match='annotations/validation'):
+        check_data_roots(cfg, ('train_dataloader', 'val_dataloader'))
+
+
+def test_train_tool_stops_before_building_anything_when_data_is_missing(tmp_path):
+    env = {**os.environ, 'PYTHONPATH': str(ROOT)}
+    proc = subprocess.run([sys.executable, str(ROOT / 'tools/train.py'), str(SEG), '--work-dir', str(tmp_path / 'w')],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert "'data/ade/ADEChallengeData2016' does not exist" in proc.stderr
+    assert 'python tools/generate_data.py ade20k --out data' in proc.stderr
+    assert 'Traceback' not in proc.stderr
+    assert not (tmp_path / 'w').exists()
+
+
+@pytest.fixture
+def ade20k(tmp_path) -> Path:
+    generate('ade20k', tmp_path, num_train=3, num_val=1, size=32, seed=0)
+    return tmp_path / 'ade' / 'ADEChallengeData2016'
+
+
+def first_batch(cfg: Config, loader: str = 'train_dataloader'):
+    loader_cfg = cfg[loader]
+    loader_cfg.sampler = dict(type='DefaultSampler', shuffle=False)
+    loader_cfg.batch_size = 3
+    return next(iter(Runner.build_dataloader(loader_cfg, seed=0)))
+
+
+def test_intact_data_loads_through_the_checking_runner(ade20k):
+    batch = first_batch(with_data_root(SEG_DEMO, ade20k))
+    assert len(batch['inputs']) == 3 and batch['data_samples'][0].gt_sem_seg.data.shape[-2:] == (96, 96)
+
+
+# A truncated JPEG is not in the list: OpenCV decodes what is there (grey below), as it does in mmcv.
+@pytest.mark.parametrize('folder,suffix,damage', [
+    ('annotations', '.png', 'garbage'), ('annotations', '.png', 'truncated'), ('images', '.jpg', 'garbage')])
+def test_corrupt_image_or_label_map_error_names_the_file(ade20k, folder, suffix, damage):
+    bad = sorted((ade20k / folder / 'training').glob(f'*{suffix}'))[1]
+    data = bad.read_bytes()
+    bad.write_bytes(b'not an image at all' if damage == 'garbage' else data[:len(data) // 3])
+    with pytest.raises(DataError) as error:
+        first_batch(with_data_root(SEG_DEMO, ade20k))
+    assert str(bad) in str(error.value) and 'sample 1' in str(error.value)
+
+
+def test_corrupt_coco_annotation_file_error_names_the_file(tmp_path):
+    generate('coco', tmp_path, num_train=2, num_val=1, size=32, seed=0)
+    ann = tmp_path / 'coco' / 'annotations' / 'instances_train2017.json'
+    ann.write_text(ann.read_text()[:-40])
+    with pytest.raises(DataError) as error:
+        first_batch(with_data_root(DET_DEMO, tmp_path / 'coco'))
+    assert str(ann) in str(error.value)
+    assert 'JSONDecodeError' in str(error.value)
