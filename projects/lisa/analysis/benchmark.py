@@ -1,0 +1,81 @@
+"""Latency and memory of a training or inference step, on the CPU or on CUDA (torch only).
+
+* latency: median wall time over ``repeats`` runs after ``warmup`` runs,
+  synchronising CUDA around each run (:func:`median_seconds`);
+* memory of a training step:
+  - ``saved``: bytes of the distinct storages autograd keeps for backward
+    (:func:`saved_tensor_bytes`, recorded with
+    ``torch.autograd.graph.saved_tensors_hooks``; views share their storage,
+    parameters and inputs are not counted since they exist anyway). This is
+    what grows with the token count and sets the peak of training; it does not
+    depend on the allocator, so it is the same on every device;
+  - ``peak`` (CUDA only): ``torch.cuda.max_memory_allocated`` during the step
+    above the memory allocated before it (:func:`cuda_peak_bytes`).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Iterable
+
+import torch
+from torch import Tensor
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def median_seconds(step: Callable[[], object], device: torch.device, warmup: int = 2, repeats: int = 7,
+                   budget_s: float = float('inf')) -> float:
+    """Median seconds of ``repeats`` timed calls of ``step`` after ``warmup`` untimed ones.
+
+    Stops repeating once the timed calls took ``budget_s`` in total (at least
+    one timed call), so that slow settings stay affordable.
+    """
+    if warmup < 0 or repeats < 1:
+        raise ValueError(f'warmup={warmup} must be >= 0 and repeats={repeats} >= 1')
+    for _ in range(warmup):
+        step()
+    times: list[float] = []
+    while len(times) < repeats and (not times or sum(times) < budget_s):
+        synchronize(device)
+        start = time.perf_counter()
+        step()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def saved_tensor_bytes(forward: Callable[[], Tensor], exclude: Iterable[Tensor] = ()) -> int:
+    """Bytes autograd saves for the backward of ``forward()`` (then runs that backward).
+
+    Each storage is counted once, whatever the number of views saved from it;
+    storages of ``exclude`` (parameters, inputs) are not counted.
+    """
+    own = {t.untyped_storage().data_ptr() for t in exclude}
+    seen: dict[int, int] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in own:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = forward()
+    out.backward(torch.ones_like(out))
+    return sum(seen.values())
+
+
+def cuda_peak_bytes(step: Callable[[], object], device: torch.device) -> int:
+    """Peak CUDA memory allocated during ``step()`` above what was allocated before it."""
+    if device.type != 'cuda':
+        raise ValueError(f'cuda_peak_bytes needs a CUDA device, got {device}')
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    step()
+    synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - before

@@ -1,0 +1,223 @@
+"""FLOPs and parameters of a model or a config, in the paper's counting convention.
+
+The convention of LiSA's Tables 3-4: MMEngine's jit-trace
+:class:`~mmengine.analysis.FlopAnalyzer`, one multiply-add counted as one FLOP;
+matrix products (``linear``, ``matmul``, ``bmm``, ``einsum``), convolutions,
+norms and upsampling are counted, element-wise operations are not.
+Segmentation is measured at a 2048x512 input, detection at 1280x800
+(:data:`PAPER_INPUT_HW`), through the network forward as the mm ``get_flops``
+tools trace it. Measured so, the mm packages' own softmax baselines give the
+paper's baseline rows: Semantic FPN + PVT-T 158.2G (paper 158G), UperNet +
+Swin-T 945.7G (945G), Mask R-CNN + PVT-T 239.8G (240G), + Swin-T 267.0G (267G).
+
+The analyzer sees three operations of our models only as names, so this
+module adds a handle for each (:data:`FLOP_HANDLES`):
+
+* ``aten::scaled_dot_product_attention`` (:class:`SoftmaxAttention`): the two
+  products ``Q K^T`` and ``A V``, ``B h n m (d + dv)`` -- what mmdet's PVT (two
+  ``bmm`` of ``nn.MultiheadAttention``) and Swin (two ``matmul``) count;
+* LiSA's walk (the autograd function ``_RandomWalk``, one opaque
+  ``prim::PythonOp`` in a trace): every product of Eq. 8 as the forward
+  performs it (:func:`walk_flop_jit`);
+* LiSA's local branch (``_NeighbourhoodAttention``): ``Q K^T`` and ``A V``
+  restricted to each token's window (:func:`neighbourhood_flop_jit`).
+
+The token projections, the step MLP and the depthwise convolution of the
+kernel attentions are ordinary ``linear`` / ``conv`` ops and counted as such.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from mmengine.analysis import FlopAnalyzer, parameter_count
+from mmengine.analysis.jit_handles import get_shape
+from mmengine.config import Config
+from mmengine.model import revert_sync_batchnorm
+from mmengine.registry import MODELS, init_default_scope
+from torch import nn
+
+#: Input (H, W) of the paper's FLOPs per OpenMMLab scope.
+PAPER_INPUT_HW = {'mmseg': (512, 2048), 'mmdet': (800, 1280)}
+
+#: GFLOPs of LiSA's Table 3 (ADE20K) and Table 4 (COCO), by config file of ``configs/``.
+PAPER_GFLOPS = {
+    'segmentation/fpn_pvt-t_8xb4-40k_ade20k-512x512.py': 158,
+    'segmentation/fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py': 169,
+    'segmentation/fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py': 170,
+    'segmentation/upernet_swin-t_8xb2-160k_ade20k-512x512.py': 945,
+    'segmentation/upernet_flatten-swin-t_8xb2-160k_ade20k-512x512.py': 946,
+    'segmentation/upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py': 947,
+    'detection/mask-rcnn_pvt-t_fpn_1x_coco.py': 240,
+    'detection/mask-rcnn_flatten-pvt-t_fpn_1x_coco.py': None,  # not in the paper
+    'detection/mask-rcnn_lisa-pvt-t_fpn_1x_coco.py': 245,
+    'detection/mask-rcnn_swin-t_fpn_1x_coco.py': 267,
+    'detection/mask-rcnn_flatten-swin-t_fpn_1x_coco.py': None,  # not in the paper
+    'detection/mask-rcnn_lisa-swin-t_fpn_1x_coco.py': 269,
+}
+
+
+def _batch(shape: Sequence[int]) -> int:
+    return math.prod(shape[:-2])
+
+
+def sdpa_flop_jit(inputs: list, outputs: list) -> int:
+    """``scaled_dot_product_attention(q (.., n, d), k (.., m, d), v (.., m, dv))``:
+    ``Q K^T`` and ``A V``, ``n m d + n m dv`` per batch and head."""
+    q, k, v = (get_shape(x) for x in inputs[:3])
+    return _batch(q) * q[-2] * k[-2] * (q[-1] + v[-1])
+
+
+def walk_flop_jit(inputs: list, outputs: list) -> Counter:
+    """LiSA's truncated walk ``sum_k w_k S^k V`` (``walk._RandomWalk``), per batch and head::
+
+        row sums  Q mu                n d        (Q~ = diag(Q K^T 1)^-1 Q, mu = mean of K)
+        A = K^T Q~,  M_1 = K^T V      n d d + n d dv
+        M_k = A M_(k-1), k = 2..T-1   (T - 2) d d dv
+        read-out  Q~ M_k              n d dv     (fixed weights, folded into one d x dv matrix)
+                                      (T - 1) n d dv  (per-token weights of Eq. 10)
+
+    ``inputs``: ``q, k (B, h, n, d)``, ``v (B, h, n, dv)``, ``weights (.., T)``
+    whose token axis is 1 for fixed weights.
+    """
+    q, _, v, w = (get_shape(x) for x in inputs[:4])
+    n, d, dv, steps = q[-2], q[-1], v[-1], w[-1]
+    read_out = n * d * dv * (steps - 1 if w[-2] > 1 else 1)
+    flops = n * d + n * d * d + n * d * dv + (steps - 2) * d * d * dv + read_out
+    return Counter(random_walk=_batch(q) * flops)
+
+
+def window_pairs(hw_shape: Sequence[int], kernel_size: int) -> int:
+    """Number of (token, neighbour) pairs of ``kernel_size``-windows on an ``(H, W)``
+    grid, clipped at the border: ``sum_dy (H - |dy|) * sum_dx (W - |dx|)``."""
+    r = kernel_size // 2
+    return math.prod(sum(max(0, s - abs(o)) for o in range(-r, r + 1)) for s in hw_shape)
+
+
+def neighbourhood_flop_jit(inputs: list, outputs: list) -> Counter:
+    """LiSA's local branch (``local._NeighbourhoodAttention`` on grids ``q, k (.., H, W, d)``,
+    ``v (.., H, W, dv)``, then ``scale, kernel_size``): ``Q K^T`` and ``A V`` over the
+    window pairs, ``pairs (d + dv)`` per batch and head."""
+    q, _, v = (get_shape(x) for x in inputs[:3])
+    kernel_size = outputs[0].node().scalar_args()[-1]
+    flops = window_pairs(q[-3:-1], kernel_size) * (q[-1] + v[-1])
+    return Counter(neighbourhood_attention=math.prod(q[:-3]) * flops)
+
+
+FLOP_HANDLES = {
+    'aten::scaled_dot_product_attention': sdpa_flop_jit,
+    'prim::PythonOp._RandomWalk': walk_flop_jit,
+    'prim::PythonOp._NeighbourhoodAttention': neighbourhood_flop_jit,
+}
+
+
+def _own_functions() -> set[str]:
+    """Names of the autograd functions of ``projects.lisa`` (each needs a handle)."""
+    found, todo = set(), [torch.autograd.Function]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if cls.__module__.startswith('projects.lisa'):
+            found.add(f'prim::PythonOp.{cls.__name__}')
+    return found
+
+
+@dataclass
+class Complexity:
+    """FLOPs (multiply-adds) and parameters of one model at one input."""
+    flops: int
+    params: int
+    input_hw: tuple[int, int] | None = None
+    by_operator: Counter = field(default_factory=Counter)
+    uncounted: Counter = field(default_factory=Counter)  # op kinds seen but not counted
+
+
+def flop_analyzer(model: nn.Module, inputs: tuple) -> FlopAnalyzer:
+    """MMEngine's analyzer with :data:`FLOP_HANDLES`, warnings off (see ``uncounted``)."""
+    analyzer = FlopAnalyzer(model, inputs).set_op_handle(**FLOP_HANDLES)
+    return analyzer.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings('none')
+
+
+def model_complexity(model: nn.Module, inputs: tuple, input_hw: tuple[int, int] | None = None) -> Complexity:
+    """Count ``model(*inputs)`` (one jit trace, no gradients).
+
+    Raises if the trace holds an autograd function of this project that has no
+    handle: its products would silently count as zero.
+    """
+    analyzer = flop_analyzer(model, inputs)
+    with torch.no_grad():
+        flops = analyzer.total()
+    uncounted = analyzer.unsupported_ops()
+    missing = sorted(set(uncounted) & _own_functions())
+    if missing:
+        raise RuntimeError(f'no FLOP handle for {missing}; add one to FLOP_HANDLES')
+    return Complexity(flops, parameter_count(model)[''], input_hw, Counter(analyzer.by_operator()), uncounted)
+
+
+class _TensorMode(nn.Module):
+    """``model(inputs, data_samples, mode='tensor')``: an OpenMMLab model's network
+    forward without post-processing, as the mm ``get_flops`` tools trace it."""
+
+    def __init__(self, model: nn.Module, data_samples: Any) -> None:
+        super().__init__()
+        self.model, self.data_samples = model, data_samples
+
+    def forward(self, inputs: torch.Tensor) -> Any:
+        return self.model(inputs, self.data_samples, mode='tensor')
+
+
+def backbone_input_hw(cfg: Config) -> tuple[int, int]:
+    """The backbone's ``img_size`` (or ``pretrain_img_size``), else 224, as ``(H, W)``."""
+    backbone = cfg.model.get('backbone', {})
+    size = backbone.get('img_size', backbone.get('pretrain_img_size', 224))
+    return (size, size) if isinstance(size, int) else tuple(size)
+
+
+def default_input_hw(cfg: Config) -> tuple[int, int]:
+    """The paper's input for segmentation and detection, else :func:`backbone_input_hw`."""
+    return PAPER_INPUT_HW.get(cfg.get('default_scope')) or backbone_input_hw(cfg)
+
+
+def _data_sample(scope: str, hw: tuple[int, int]) -> Any:
+    meta = dict(ori_shape=hw, img_shape=hw, pad_shape=hw, scale_factor=(1.0, 1.0))
+    if scope == 'mmseg':
+        from mmseg.structures import SegDataSample
+        return SegDataSample(metainfo=meta)
+    if scope == 'mmdet':
+        from mmdet.structures import DetDataSample
+        return DetDataSample(metainfo=meta)
+    return None
+
+
+def config_complexity(config: str | Path | Config, input_hw: Sequence[int] | None = None,
+                      seed: int = 0) -> Complexity:
+    """FLOPs and parameters of the model of an mmseg / mmdet / mmpretrain config.
+
+    As the mm ``get_flops`` tools do: the model is built without loading weights,
+    SyncBN reverted, in eval mode; a random image of ``input_hw`` (default
+    :func:`default_input_hw`) goes through the data preprocessor and the network
+    forward (``mode='tensor'``: backbone, neck, heads; for detectors the RPN
+    proposals and the RoI heads, for segmentors the decode head -- not the
+    training-only auxiliary head, whose parameters are counted, as the Swin
+    paper's 60M / 945G). The seed fixes the weights and so the number of RPN
+    proposals a detector keeps.
+    """
+    cfg = config if isinstance(config, Config) else Config.fromfile(str(config))
+    scope = cfg.get('default_scope')
+    if scope not in ('mmseg', 'mmdet', 'mmpretrain'):
+        raise ValueError(f"config default_scope={scope!r}; expected 'mmseg', 'mmdet' or 'mmpretrain'")
+    hw = tuple(input_hw) if input_hw is not None else default_input_hw(cfg)
+    if len(hw) != 2 or min(hw) < 1:
+        raise ValueError(f'input_hw={input_hw} must be two positive ints (H, W)')
+    init_default_scope(scope)
+    torch.manual_seed(seed)
+    model = revert_sync_batchnorm(MODELS.build(cfg.model)).eval()
+    sample = _data_sample(scope, hw)
+    data = model.data_preprocessor(dict(
+        inputs=[torch.randint(0, 256, (3, *hw), dtype=torch.uint8)],
+        data_samples=None if sample is None else [sample]), False)
+    return model_complexity(_TensorMode(model, data['data_samples']), (data['inputs'],), hw)

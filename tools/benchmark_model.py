@@ -1,0 +1,201 @@
+"""Latency and memory of DeiT-T with softmax, FLatten and LiSA attention (LiSA supp. Table 13).
+
+The model is the project's DeiT-T (``LiSAViT``, arch ``deit-tiny``, patch 16,
+12 layers, C = 192, 3 heads) with the attention of the DeiT-T configs in every
+layer, built at each input size (its position tables at that grid), batch 1,
+no drop path. At an input of S x S it sees ``1 + (S/16)^2`` tokens: 197 at 224,
+16,385 at 2048. For every attention and size it measures
+
+* ``fwd``: latency of the forward pass (``torch.no_grad``);
+* ``train``: latency of a training step (forward, backward of the sum of the
+  class-token output into every parameter);
+* ``saved``: bytes autograd keeps for the backward of that step (distinct
+  storages, parameters and input excluded; ``projects.lisa.analysis.benchmark``),
+  on every device; on CUDA also ``peak``: ``torch.cuda.max_memory_allocated``
+  during the step above what was allocated before it.
+
+The first run of each model is the memory run; each latency is then the
+median of ``--repeats`` runs after ``--warmup - 1`` further untimed runs,
+stopping early once a measurement's timed runs took ``--budget`` seconds. All attentions run in one process, so the
+ratios to FLatten compare like with like. The table, a JSON file and a
+log-log plot of latency and memory against the token count are written to
+``--out``.
+
+Needs torch, mmengine and mmcv (``LiSAViT`` is built from their bricks) and
+matplotlib for the plot. Runs on the CPU and on CUDA (``--device``).
+
+Example::
+
+    python tools/benchmark_model.py --img-sizes 224 448 896 1344 2048 --out work_dirs/benchmark_model
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from projects.lisa.analysis.benchmark import cuda_peak_bytes, median_seconds, saved_tensor_bytes  # noqa: E402
+from projects.lisa.models.backbones.vit import LiSAViT  # noqa: E402
+
+# The attention of configs/classification/deit-tiny_{softmax,flatten,lisa}_8xb128_in1k.py.
+ATTENTIONS = {
+    'softmax': dict(type='softmax'),
+    'flatten': dict(type='flatten'),
+    'lisa': dict(type='lisa', num_steps=3),
+}
+# LiSA supp. Table 13 (GPU and batch not stated): tokens -> attention -> (latency ms, peak memory MB).
+PAPER = {
+    197: {'softmax': (3.50, None), 'flatten': (7.15, None), 'lisa': (13.53, None)},
+    16385: {'softmax': (898.92, 50281.7), 'flatten': (91.84, 1605.2), 'lisa': (161.71, 3409.1)},
+}
+PATCH = 16
+MiB = 2 ** 20
+
+
+def build_model(attention: str, img_size: int, device: torch.device) -> nn.Module:
+    torch.manual_seed(0)
+    model = LiSAViT(arch='deit-tiny', img_size=img_size, patch_size=PATCH, attn_cfg=ATTENTIONS[attention],
+                    drop_path_rate=0.0)
+    return model.to(device).train()
+
+
+def measure(attention: str, img_size: int, args, device: torch.device) -> dict:
+    model = build_model(attention, img_size, device)
+    x = torch.randn(1, 3, img_size, img_size, device=device)
+
+    def loss() -> torch.Tensor:
+        return model(x)[0].sum()
+
+    def train_step() -> None:
+        model.zero_grad(set_to_none=True)
+        loss().backward()
+
+    def forward() -> None:
+        with torch.no_grad():
+            model(x)
+
+    row = {'attention': attention, 'img_size': img_size, 'tokens': 1 + (img_size // PATCH) ** 2}
+    row['saved'] = saved_tensor_bytes(loss, exclude=[*model.parameters(), x])  # also the first warm-up
+    row['train_ms'] = 1e3 * median_seconds(train_step, device, max(0, args.warmup - 1), args.repeats, args.budget)
+    if device.type == 'cuda':
+        row['peak'] = cuda_peak_bytes(train_step, device)
+    row['fwd_ms'] = 1e3 * median_seconds(forward, device, max(0, args.warmup - 1), args.repeats, args.budget)
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown table with the ratios to FLatten at the same size and the paper's figures."""
+    memory = 'peak' if any('peak' in r for r in rows) else 'saved'
+    flatten = {r['tokens']: r for r in rows if r['attention'] == 'flatten'}
+    lines = [
+        f'| attention | input | tokens | fwd ms | train ms | saved MiB |{" peak MiB |" if memory == "peak" else ""}'
+        f' train / FLatten | {memory} / FLatten | paper ms | paper MB | paper ms / FLatten | paper MB / FLatten |',
+    ]
+    lines.append('|' + '---|' * (lines[0].count('|') - 1))
+    for r in sorted(rows, key=lambda r: (r['tokens'], list(ATTENTIONS).index(r['attention']))):
+        ref = flatten.get(r['tokens'])
+        paper = PAPER.get(r['tokens'], {})
+        ms, mb = paper.get(r['attention'], (None, None))
+        fl_ms, fl_mb = paper.get('flatten', (None, None))
+        cells = [r['attention'], f"{r['img_size']}²", f"{r['tokens']:,}", f"{r['fwd_ms']:.1f}",
+                 f"{r['train_ms']:.1f}", f"{r['saved'] / MiB:.1f}"]
+        if memory == 'peak':
+            cells.append(f"{r['peak'] / MiB:.1f}")
+        cells += [f"{r['train_ms'] / ref['train_ms']:.2f}x" if ref else '-',
+                  f"{r[memory] / ref[memory]:.2f}x" if ref else '-',
+                  f'{ms:,}' if ms else '-', f'{mb:,}' if mb else '-',
+                  f'{ms / fl_ms:.2f}x' if ms else '-', f'{mb / fl_mb:.2f}x' if mb else '-']
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for attention in ATTENTIONS:
+        rs = sorted((r for r in rows if r['attention'] == attention), key=lambda r: r['tokens'])
+        if not rs:
+            continue
+        n = [r['tokens'] for r in rs]
+        (line,) = ax_t.plot(n, [r['train_ms'] for r in rs], 'o-', label=f'{attention} train step')
+        ax_t.plot(n, [r['fwd_ms'] for r in rs], 's--', color=line.get_color(), alpha=0.6,
+                  label=f'{attention} forward')
+        ax_m.plot(n, [r['saved'] / MiB for r in rs], 'o-', color=line.get_color(), label=f'{attention} saved')
+        if 'peak' in rs[0]:
+            ax_m.plot(n, [r['peak'] / MiB for r in rs], 's--', color=line.get_color(), alpha=0.6,
+                      label=f'{attention} peak')
+    for ax, ylabel in ((ax_t, 'latency (ms)'), (ax_m, 'memory of a training step (MiB)')):
+        ax.set(xscale='log', yscale='log', xlabel='tokens', ylabel=ylabel)
+        ax.grid(True, which='both', alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--img-sizes', type=int, nargs='+', default=[224, 448, 896, 1344, 2048],
+                        help=f'square input sizes, multiples of {PATCH} (224: 197 tokens, 2048: 16,385)')
+    parser.add_argument('--attentions', nargs='+', default=list(ATTENTIONS), choices=list(ATTENTIONS))
+    parser.add_argument('--device', default='auto', help="'cpu', 'cuda' or 'auto' (cuda when available)")
+    parser.add_argument('--warmup', type=int, default=2)
+    parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument('--budget', type=float, default=60.0,
+                        help='stop repeating a measurement after its runs took this many seconds')
+    parser.add_argument('--threads', type=int, default=len(os.sched_getaffinity(0)),
+                        help='torch CPU threads (default: the cores available)')
+    parser.add_argument('--out', type=Path, default=Path('work_dirs/benchmark_model'))
+    args = parser.parse_args(argv)
+    if args.device == 'auto':
+        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    if args.device not in ('cpu', 'cuda') or (args.device == 'cuda' and not torch.cuda.is_available()):
+        parser.error(f"--device={args.device!r} must be 'cpu', 'auto', or 'cuda' on a machine with CUDA")
+    for size in args.img_sizes:
+        if size < PATCH or size % PATCH:
+            parser.error(f'--img-sizes: {size} is not a positive multiple of the patch size {PATCH}')
+    if args.warmup < 1 or args.repeats < 1 or args.threads < 1:
+        parser.error('--warmup, --repeats and --threads must be >= 1')
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    device_name = torch.cuda.get_device_name(device) if device.type == 'cuda' else f'CPU, {args.threads} threads'
+    title = (f'DeiT-T, batch 1; {device_name}; torch {torch.__version__}; '
+             f'median of up to {args.repeats} runs after {args.warmup} warm-up (the memory run first)')
+    print(title, flush=True)
+    rows = []
+    for size in args.img_sizes:
+        for attention in args.attentions:
+            row = measure(attention, size, args, device)
+            rows.append(row)
+            print(f"  {attention:8s} {size:5d}² ({row['tokens']:6d} tokens): fwd {row['fwd_ms']:.1f} ms, "
+                  f"train {row['train_ms']:.1f} ms, saved {row['saved'] / MiB:.1f} MiB"
+                  + (f", peak {row['peak'] / MiB:.1f} MiB" if 'peak' in row else ''), flush=True)
+    report = table(rows)
+    print(report)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / 'benchmark_model.json').write_text(json.dumps({'setting': title, 'rows': rows}, indent=1))
+    (args.out / 'benchmark_model.md').write_text(title + '\n\n' + report + '\n')
+    plot(rows, args.out / 'benchmark_model.png', title)
+    print(f'saved {args.out}/benchmark_model.{{png,json,md}}')
+
+
+if __name__ == '__main__':
+    main()
