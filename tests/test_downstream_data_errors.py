@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from mmengine.config import Config
-from mmengine.registry import init_default_scope
+from mmengine.registry import DefaultScope, init_default_scope
 
 from projects.lisa.data_check import DataError, Runner, check_data_roots
 from projects.lisa.datasets import generate
@@ -80,7 +80,9 @@ def first_batch(cfg: Config, loader: str = 'train_dataloader'):
     loader_cfg = cfg[loader]
     loader_cfg.sampler = dict(type='DefaultSampler', shuffle=False)
     loader_cfg.batch_size = 3
-    return next(iter(Runner.build_dataloader(loader_cfg, seed=0)))
+    # Earlier tests may leave another library's scope current; build in the config's own.
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        return next(iter(Runner.build_dataloader(loader_cfg, seed=0)))
 
 
 def test_intact_data_loads_through_the_checking_runner(ade20k):
