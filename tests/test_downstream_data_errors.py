@@ -87,7 +87,12 @@ def first_batch(cfg: Config, loader: str = 'train_dataloader'):
 
 def test_intact_data_loads_through_the_checking_runner(ade20k):
     batch = first_batch(with_data_root(SEG_DEMO, ade20k))
-    assert len(batch['inputs']) == 3 and batch['data_samples'][0].gt_sem_seg.data.shape[-2:] == (96, 96)
+    assert len(batch['inputs']) == 3
+    # The random resize draws from the global RNG, so sizes vary; image and labels stay aligned
+    # and within the demo's 96 x 96 crop.
+    for image, sample in zip(batch['inputs'], batch['data_samples']):
+        assert image.shape[-2:] == sample.gt_sem_seg.data.shape[-2:]
+        assert max(image.shape[-2:]) <= 96
 
 
 # A truncated JPEG is not in the list: OpenCV decodes what is there (grey below), as it does in mmcv.
