@@ -83,13 +83,15 @@ def test_walk_is_counted_as_every_product_its_forward_performs(steps, per_token)
     assert handled.total() == hand
 
 
-def test_local_branch_is_counted_as_products_over_the_clipped_windows():
+@pytest.mark.parametrize('prefix', [0, 1])
+def test_local_branch_is_counted_as_products_over_the_clipped_windows(prefix):
     b, h, (gh, gw), d, dv = 2, 3, (3, 4), 5, 7
-    q, k, v = torch.randn(b, h, gh * gw, d), torch.randn(b, h, gh * gw, d), torch.randn(b, h, gh * gw, dv)
-    flops = flop_analyzer(Call(lambda q, k, v: neighbourhood_attention(q, k, v, (gh, gw), 0.5)), (q, k, v)).total()
+    n = prefix + gh * gw
+    q, k, v = torch.randn(b, h, n, d), torch.randn(b, h, n, d), torch.randn(b, h, n, dv)
+    local = Call(lambda q, k, v: neighbourhood_attention(q, k, v, (gh, gw), 0.5, num_prefix_tokens=prefix))
     pairs = sum(1 for y in range(gh) for x in range(gw) for y2 in range(gh) for x2 in range(gw)
                 if abs(y - y2) <= 1 and abs(x - x2) <= 1)
-    assert flops == b * h * pairs * (d + dv)
+    assert flop_analyzer(local, (q, k, v)).total() == b * h * pairs * (d + dv)
 
 
 def test_every_autograd_function_of_the_operator_has_a_handle():

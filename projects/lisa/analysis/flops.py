@@ -99,13 +99,18 @@ def window_pairs(hw_shape: Sequence[int], kernel_size: int) -> int:
 
 
 def neighbourhood_flop_jit(inputs: list, outputs: list) -> Counter:
-    """LiSA's local branch (``local._NeighbourhoodAttention`` on grids ``q, k (.., H, W, d)``,
-    ``v (.., H, W, dv)``, then ``scale, kernel_size``): ``Q K^T`` and ``A V`` over the
-    window pairs, ``pairs (d + dv)`` per batch and head."""
+    """LiSA's local branch (``local._NeighbourhoodAttention``): ``Q K^T`` and ``A V``
+    over the window pairs of the grid, ``pairs (d + dv)`` per batch and head; the
+    prefix tokens, which keep their own value, cost nothing.
+
+    ``inputs``: ``q, k (BH, p + H*W, d)``, ``v (BH, p + H*W, dv)``, ...; the grid
+    ``(H, W)`` is the tuple among the constant arguments, ``kernel_size`` the last one.
+    """
     q, _, v = (get_shape(x) for x in inputs[:3])
-    kernel_size = outputs[0].node().scalar_args()[-1]
-    flops = window_pairs(q[-3:-1], kernel_size) * (q[-1] + v[-1])
-    return Counter(neighbourhood_attention=math.prod(q[:-3]) * flops)
+    constants = outputs[0].node().scalar_args()
+    hw_shape = next(c for c in constants if isinstance(c, tuple))
+    flops = window_pairs(hw_shape, constants[-1]) * (q[-1] + v[-1])
+    return Counter(neighbourhood_attention=_batch(q) * flops)
 
 
 FLOP_HANDLES = {

@@ -117,7 +117,9 @@ class LiSAAttention(KernelAttention):
         # [q; k] W^T + b = (q W_q^T + b) + k W_k^T, accumulated in place: no copy of q and k.
         hidden = torch.addmm(F.linear(q, first.weight[:, :d], first.bias).flatten(0, -2),
                              k.flatten(0, -2), first.weight[:, d:].T)
-        return last(self.step_mlp[1](hidden)).softmax(dim=-1).view(*q.shape[:-1], -1)
+        # Logits as (T, tokens): a softmax over a last dimension of size T is slow on the CPU.
+        logits = torch.addmm(last.bias[:, None], last.weight, self.step_mlp[1](hidden).T)
+        return logits.softmax(dim=0).T.view(*q.shape[:-1], -1)
 
     def global_branch(self, q: Tensor, k: Tensor, v: Tensor, weight: Tensor | None = None) -> Tensor:
         """The walk, times the per-head ``weight (1, h, 1, 1)`` when given (folded into
@@ -133,13 +135,10 @@ class LiSAAttention(KernelAttention):
 
     def local_branch(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int],
                      weight: Tensor | None = None) -> Tensor:
-        """The 3x3 attention, times the per-head ``weight (1, h, 1, 1)`` when given."""
-        p = self.num_prefix_tokens
-        grid = neighbourhood_attention(q[:, :, p:], k[:, :, p:], v[:, :, p:], hw_shape, self.head_dim ** -0.5,
-                                       self.local_kernel_size, weight)
-        if not p:
-            return grid
-        return torch.cat([v[:, :, :p] if weight is None else weight * v[:, :, :p], grid], dim=2)
+        """The 3x3 attention (prefix tokens attend to themselves), times the per-head
+        ``weight (1, h, 1, 1)`` when given."""
+        return neighbourhood_attention(q, k, v, hw_shape, self.head_dim ** -0.5, self.local_kernel_size,
+                                       weight, self.num_prefix_tokens)
 
     def mix(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         # Both branches read q, k, v many times; per-head contiguous copies make every pass dense.

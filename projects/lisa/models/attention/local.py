@@ -13,16 +13,18 @@ CPU_BLOCK_ELEMENTS = 3 << 17
 
 def neighbourhood_attention(
     q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], scale: float, kernel_size: int = 3,
-    out_scale: Tensor | None = None
+    out_scale: Tensor | None = None, num_prefix_tokens: int = 0
 ) -> Tensor:
     """``Y_i = w sum_{j in N(i)} softmax_j(scale q_i.k_j) v_j`` over grid tokens.
 
     ``N(i)`` is the ``kernel_size x kernel_size`` window centred on token i,
     clipped at the image border (out-of-image neighbours are masked, not
     zero-padded), so each row of weights sums to one over the real neighbours.
-    Shapes: ``q, k (B, h, H*W, d)``, ``v (B, h, H*W, dv)`` -> ``(B, h, H*W, dv)``;
-    ``out_scale`` (``w``, default 1) broadcasts to ``(B, h, 1, 1)``: a fusion
-    weight folded into the attention weights, which costs no pass over the tokens.
+    The first ``num_prefix_tokens`` tokens are not on the grid: each attends
+    to itself only (``Y_i = w v_i``). Shapes: ``q, k (B, h, p + H*W, d)``,
+    ``v (B, h, p + H*W, dv)`` -> ``(B, h, p + H*W, dv)``; ``out_scale``
+    (``w``, default 1) broadcasts to ``(B, h, 1, 1)``: a fusion weight folded
+    into the attention weights, which costs no pass over the tokens.
 
     Each window offset is one pass over the overlapping parts of two grids
     (no padded or unfolded copies); on the CPU the grid is processed in row
@@ -33,13 +35,13 @@ def neighbourhood_attention(
     """
     dtype = torch.promote_types(torch.promote_types(q.dtype, v.dtype), torch.float32)
     b, nh, n, _ = q.shape
-    h, w = hw_shape
     out_dtype = v.dtype
-    q, k, v = (t.to(dtype).reshape(b * nh, h, w, -1) for t in (q, k, v))
+    q, k, v = (t.to(dtype).reshape(b * nh, n, -1) for t in (q, k, v))
     out_scale = torch.ones((), dtype=dtype, device=q.device) if out_scale is None else out_scale
     out_scale = out_scale.to(dtype).expand(b, nh, 1, 1).reshape(b * nh)
     with torch.autocast(q.device.type, enabled=False):
-        out = _NeighbourhoodAttention.apply(q, k, v, out_scale, scale, kernel_size)
+        out = _NeighbourhoodAttention.apply(
+            q, k, v, out_scale, tuple(map(int, hw_shape)), num_prefix_tokens, scale, kernel_size)
     return out.view(b, nh, n, -1).to(out_dtype)
 
 
@@ -59,6 +61,11 @@ class _Window:
         return (slice(a0, a1), slice(a0 + self.dy, a1 + self.dy)) if a0 < a1 else None
 
 
+def _grid(t: Tensor, num_prefix_tokens: int, hw_shape: tuple[int, int]) -> Tensor:
+    """The grid tokens of ``(BH, p + H*W, d)`` as a ``(BH, H, W, d)`` view."""
+    return t[:, num_prefix_tokens:].view(t.shape[0], *hw_shape, t.shape[-1])
+
+
 def _blocks(t: Tensor) -> Iterator[tuple[slice, int, int]]:
     """``(batch slice, y0, y1)`` blocks of a ``(BH, H, W, d)`` grid (one block off the CPU)."""
     bh, h, w, d = t.shape
@@ -74,7 +81,7 @@ def _blocks(t: Tensor) -> Iterator[tuple[slice, int, int]]:
 
 
 class _NeighbourhoodAttention(torch.autograd.Function):
-    """Forward and backward of :func:`neighbourhood_attention` on ``(BH, H, W, d)`` grids.
+    """Forward and backward of :func:`neighbourhood_attention` on ``(BH, p + H*W, d)`` tokens.
 
     With ``a_o(i) = softmax_o(scale q_i.k_(i+o))``, ``Y_i = w sum_o a_o(i) v_(i+o)``,
     upstream gradient ``G`` and ``p_o(i) = G_i.v_(i+o)``:
@@ -84,68 +91,75 @@ class _NeighbourhoodAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, scale: float,
-                kernel_size: int) -> Tensor:
-        bh, h, w, _ = q.shape
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, hw_shape: tuple[int, int],
+                num_prefix_tokens: int, scale: float, kernel_size: int) -> Tensor:
+        p, (h, w) = num_prefix_tokens, hw_shape
         r = kernel_size // 2
         windows = [_Window(dy, dx, h, w) for dy in range(-r, r + 1) for dx in range(-r, r + 1)]
         centre = len(windows) // 2  # offset (0, 0), inside for every token
-        attn = q.new_full((bh, len(windows), h, w), float('-inf'))
         out = v.new_empty(v.shape)
-        for bs, y0, y1 in _blocks(q):
+        torch.mul(v[:, :p], out_scale[:, None, None], out=out[:, :p])
+        qg, kg, vg, og = (_grid(t, p, hw_shape) for t in (q, k, v, out))
+        attn = q.new_full((q.shape[0], len(windows), h, w), float('-inf'))
+        for bs, y0, y1 in _blocks(qg):
             for o, win in enumerate(windows):
                 if (rows := win.rows_in(y0, y1)) is not None:
                     ys, ny = rows
-                    attn[bs, o, ys, win.xs] = torch.linalg.vecdot(q[bs, ys, win.xs], k[bs, ny, win.nxs])
+                    attn[bs, o, ys, win.xs] = torch.linalg.vecdot(qg[bs, ys, win.xs], kg[bs, ny, win.nxs])
             attn[bs, :, y0:y1] = a = (attn[bs, :, y0:y1] * scale).softmax(dim=1)
             a = a * out_scale[bs, None, None, None]
-            torch.mul(a[:, centre, ..., None], v[bs, y0:y1], out=out[bs, y0:y1])
+            torch.mul(a[:, centre, ..., None], vg[bs, y0:y1], out=og[bs, y0:y1])
             for o, win in enumerate(windows):
                 if o != centre and (rows := win.rows_in(y0, y1)) is not None:
                     ys, ny = rows
-                    out[bs, ys, win.xs].addcmul_(a[:, o, ys.start - y0:ys.stop - y0, win.xs, None],
-                                                 v[bs, ny, win.nxs])
+                    og[bs, ys, win.xs].addcmul_(a[:, o, ys.start - y0:ys.stop - y0, win.xs, None],
+                                                vg[bs, ny, win.nxs])
         ctx.save_for_backward(q, k, v, out_scale, attn)
-        ctx.scale, ctx.kernel_size = scale, kernel_size
+        ctx.hw_shape, ctx.num_prefix_tokens, ctx.scale, ctx.kernel_size = hw_shape, p, scale, kernel_size
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor):
         q, k, v, out_scale, attn = ctx.saved_tensors
-        bh, h, w, _ = q.shape
+        p, (h, w) = ctx.num_prefix_tokens, ctx.hw_shape
         r = ctx.kernel_size // 2
         windows = [_Window(dy, dx, h, w) for dy in range(-r, r + 1) for dx in range(-r, r + 1)]
         centre = len(windows) // 2
         grad = grad.contiguous()
+        d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        # Prefix tokens: Y_i = w v_i.
+        d_q[:, :p] = 0
+        d_k[:, :p] = 0
+        torch.mul(grad[:, :p], out_scale[:, None, None], out=d_v[:, :p])
+        d_w = (grad[:, :p] * v[:, :p]).sum((1, 2))
+        qg, kg, vg, gg, d_qg, d_kg, d_vg = (_grid(t, p, ctx.hw_shape) for t in (q, k, v, grad, d_q, d_k, d_v))
         # Pass 1: g_o(i) on every query row.
         g = torch.zeros_like(attn)  # p_o(i) = G_i.v_(i+o); stays zero outside the image, where a = 0
-        d_w = torch.zeros_like(out_scale)
-        for bs, y0, y1 in _blocks(q):
+        for bs, y0, y1 in _blocks(qg):
             for o, win in enumerate(windows):
                 if (rows := win.rows_in(y0, y1)) is not None:
                     ys, ny = rows
-                    g[bs, o, ys, win.xs] = torch.linalg.vecdot(grad[bs, ys, win.xs], v[bs, ny, win.nxs])
-            a, p = attn[bs, :, y0:y1], g[bs, :, y0:y1]
-            ap = (a * p).sum(dim=1, keepdim=True)
-            d_w[bs] = ap.sum((1, 2, 3))
-            g[bs, :, y0:y1] = a * (p - ap) * (out_scale[bs, None, None, None] * ctx.scale)
+                    g[bs, o, ys, win.xs] = torch.linalg.vecdot(gg[bs, ys, win.xs], vg[bs, ny, win.nxs])
+            a, p_o = attn[bs, :, y0:y1], g[bs, :, y0:y1]
+            ap = (a * p_o).sum(dim=1, keepdim=True)
+            d_w[bs] += ap.sum((1, 2, 3))
+            g[bs, :, y0:y1] = a * (p_o - ap) * (out_scale[bs, None, None, None] * ctx.scale)
         # Pass 2: each block gathers the gradients of its own rows (no zero fill, no scatter).
         a = attn * out_scale[:, None, None, None]
-        d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        for bs, y0, y1 in _blocks(q):
+        for bs, y0, y1 in _blocks(qg):
             own = slice(y0, y1)
-            torch.mul(g[bs, centre, own, :, None], k[bs, own], out=d_q[bs, own])
-            torch.mul(g[bs, centre, own, :, None], q[bs, own], out=d_k[bs, own])
-            torch.mul(a[bs, centre, own, :, None], grad[bs, own], out=d_v[bs, own])
+            torch.mul(g[bs, centre, own, :, None], kg[bs, own], out=d_qg[bs, own])
+            torch.mul(g[bs, centre, own, :, None], qg[bs, own], out=d_kg[bs, own])
+            torch.mul(a[bs, centre, own, :, None], gg[bs, own], out=d_vg[bs, own])
             for o, win in enumerate(windows):
                 if o == centre:
                     continue
                 if (rows := win.rows_in(y0, y1)) is not None:  # query rows in the block
                     ys, ny = rows
-                    d_q[bs, ys, win.xs].addcmul_(g[bs, o, ys, win.xs, None], k[bs, ny, win.nxs])
+                    d_qg[bs, ys, win.xs].addcmul_(g[bs, o, ys, win.xs, None], kg[bs, ny, win.nxs])
                 if (rows := win.rows_in(y0, y1, of_neighbours=True)) is not None:  # key rows in the block
                     ys, ny = rows
-                    d_k[bs, ny, win.nxs].addcmul_(g[bs, o, ys, win.xs, None], q[bs, ys, win.xs])
-                    d_v[bs, ny, win.nxs].addcmul_(a[bs, o, ys, win.xs, None], grad[bs, ys, win.xs])
-        return d_q, d_k, d_v, d_w, None, None
+                    d_kg[bs, ny, win.nxs].addcmul_(g[bs, o, ys, win.xs, None], qg[bs, ys, win.xs])
+                    d_vg[bs, ny, win.nxs].addcmul_(a[bs, o, ys, win.xs, None], gg[bs, ys, win.xs])
+        return d_q, d_k, d_v, d_w, None, None, None, None
