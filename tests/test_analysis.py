@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -16,10 +15,10 @@ from torch.autograd.function import FunctionCtx
 from projects.lisa.analysis.benchmark import cuda_peak_bytes, median_seconds, saved_tensor_bytes
 from projects.lisa.analysis.flops import (PAPER_GFLOPS, Complexity, config_complexity, flop_analyzer,
                                          model_complexity)
-from projects.lisa.analysis.walk_maps import attention_matrices, query_row, query_token, split_row
+from projects.lisa.analysis.walk_maps import attention_matrices, query_token, split_row
 from projects.lisa.models.attention import build_attention
 from projects.lisa.models.attention.base import merge_heads
-from projects.lisa.models.attention.local import _NeighbourhoodAttention, neighbourhood_attention
+from projects.lisa.models.attention.local import neighbourhood_attention
 from projects.lisa.models.attention.walk import _RandomWalk, geometric_weights, random_walk
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,13 +169,14 @@ def test_saved_bytes_count_each_storage_once_and_skip_excluded_tensors():
     assert x.grad is not None and w.grad is not None  # the backward ran
 
 
-def test_latency_runs_warmup_then_repeats_and_stops_at_the_budget():
+def test_timed_steps_take_turns_after_the_warmup_and_stop_at_their_budget():
     calls = []
-    median_seconds(lambda: calls.append(1), torch.device('cpu'), warmup=2, repeats=3)
-    assert len(calls) == 5
+    steps = {name: (lambda name=name: calls.append(name)) for name in ('a', 'b')}
+    medians = median_seconds(steps, torch.device('cpu'), warmup=1, repeats=2)
+    assert calls == ['a', 'b'] * 3 and set(medians) == {'a', 'b'}
     calls.clear()
-    median_seconds(lambda: calls.append(1), torch.device('cpu'), warmup=1, repeats=9, budget_s=0.0)
-    assert len(calls) == 2  # one warm-up, then one timed run exhausts a zero budget
+    median_seconds(steps, torch.device('cpu'), warmup=0, repeats=9, budget_s=0.0)
+    assert calls == ['a', 'b']  # one timed call each exhausts a zero budget
 
 
 def test_cuda_peak_needs_a_cuda_device():

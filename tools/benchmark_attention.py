@@ -6,7 +6,8 @@ The setting of LiSA's supplementary Table 13: one DeiT-T attention layer
 
 * forward latency (under ``torch.no_grad``) and forward+backward latency
   (gradients of the input and all parameters): median over ``--repeats``
-  after ``--warmup`` runs, with as many threads as cores by default. On the
+  after ``--warmup`` runs, the methods taking turns run by run, with as
+  many threads as cores by default. On the
   CPU, glibc's malloc is told to keep freed memory (:func:`keep_freed_memory`),
   as CUDA's caching allocator does; ``--clock cpu`` with ``--threads 1``
   gives process CPU time, which other jobs on shared cores barely disturb;
@@ -108,19 +109,24 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def latency(m: nn.Module, x: torch.Tensor, hw_shape, backward: bool, args) -> float:
-    """Median seconds of ``args.repeats`` runs (fewer if they exceed ``args.budget``)."""
+def latencies(setups: dict, backward: bool, args) -> dict[str, float]:
+    """Median seconds per method; the methods take turns, so a change of load on shared
+    cores hits them alike. A method stops once its runs exceed ``args.budget`` seconds."""
     clock = time.process_time if args.clock == 'cpu' else time.perf_counter
-    for _ in range(args.warmup):
-        step(m, x, hw_shape, backward)
-    times: list[float] = []
-    while len(times) < args.repeats and (not times or sum(times) < args.budget):
-        sync(x.device)
-        start = clock()
-        step(m, x, hw_shape, backward)
-        sync(x.device)
-        times.append(clock() - start)
-    return statistics.median(times)
+    for m, x, hw_shape in setups.values():
+        for _ in range(args.warmup):
+            step(m, x, hw_shape, backward)
+    times: dict[str, list[float]] = {name: [] for name in setups}
+    for _ in range(args.repeats):
+        for name, (m, x, hw_shape) in setups.items():
+            if sum(times[name]) >= args.budget:
+                continue
+            sync(x.device)
+            start = clock()
+            step(m, x, hw_shape, backward)
+            sync(x.device)
+            times[name].append(clock() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def saved_bytes(m: nn.Module, x: torch.Tensor, hw_shape) -> int:
@@ -201,17 +207,19 @@ def run(args) -> list[dict]:
     device = torch.device(args.device)
     rows = []
     for n in args.sizes:
+        methods = []
         for method in args.methods:
             reason = skip_reason(method, n, args)
             if reason:
                 print(reason, flush=True)
-                continue
-            m, x, hw_shape = setup(method, n, args, device)
-            row = {'method': method, 'N': n, 'grid': f'{hw_shape[0]}x{hw_shape[1]}'}
-            row['fwd_ms'] = 1e3 * latency(m, x, hw_shape, False, args)
-            row['fwd_bwd_ms'] = 1e3 * latency(m, x, hw_shape, True, args)
-            del m, x
-            row.update(memory(method, n, args, device))
+            else:
+                methods.append(method)
+        setups = {method: setup(method, n, args, device) for method in methods}
+        fwd, fwd_bwd = latencies(setups, False, args), latencies(setups, True, args)
+        del setups
+        for method in methods:
+            row = {'method': method, 'N': n, 'grid': '{}x{}'.format(*grid_of(n)[0]),
+                   'fwd_ms': 1e3 * fwd[method], 'fwd_bwd_ms': 1e3 * fwd_bwd[method], **memory(method, n, args, device)}
             rows.append(row)
             print(f"  {method:8s} N={n:6d}: fwd {row['fwd_ms']:.1f} ms, fwd+bwd {row['fwd_bwd_ms']:.1f} ms, "
                   f"saved {row['saved'] / 2**20:.1f} MiB, peak {row['peak'] / 2**20:.1f} MiB", flush=True)

@@ -16,10 +16,11 @@ no drop path. At an input of S x S it sees ``1 + (S/16)^2`` tokens: 197 at 224,
 
 The first run of each model is the memory run; each latency is then the
 median of ``--repeats`` runs after ``--warmup - 1`` further untimed runs,
-stopping early once a measurement's timed runs took ``--budget`` seconds. All attentions run in one process, so the
-ratios to FLatten compare like with like. The table, a JSON file and a
-log-log plot of latency and memory against the token count are written to
-``--out``.
+stopping early once a measurement's timed runs took ``--budget`` seconds.
+All attentions of one size run in one process and take turns run by run, so
+a change of the machine's load hits them alike and the ratios to FLatten
+compare like with like. The table, a JSON file and a log-log plot of latency
+and memory against the token count are written to ``--out``.
 
 Needs torch, mmengine and mmcv (``LiSAViT`` is built from their bricks) and
 matplotlib for the plot. Runs on the CPU and on CUDA (``--device``).
@@ -68,28 +69,43 @@ def build_model(attention: str, img_size: int, device: torch.device) -> nn.Modul
     return model.to(device).train()
 
 
-def measure(attention: str, img_size: int, args, device: torch.device) -> dict:
-    model = build_model(attention, img_size, device)
-    x = torch.randn(1, 3, img_size, img_size, device=device)
+class Bench:
+    """One DeiT-T at one input size: its training step, forward pass and memory."""
 
-    def loss() -> torch.Tensor:
-        return model(x)[0].sum()
+    def __init__(self, attention: str, img_size: int, device: torch.device) -> None:
+        self.model = build_model(attention, img_size, device)
+        self.x = torch.randn(1, 3, img_size, img_size, device=device)
 
-    def train_step() -> None:
-        model.zero_grad(set_to_none=True)
-        loss().backward()
+    def loss(self) -> torch.Tensor:
+        return self.model(self.x)[0].sum()
 
-    def forward() -> None:
+    def train_step(self) -> None:
+        self.model.zero_grad(set_to_none=True)
+        self.loss().backward()
+
+    def forward(self) -> None:
         with torch.no_grad():
-            model(x)
+            self.model(self.x)
 
-    row = {'attention': attention, 'img_size': img_size, 'tokens': 1 + (img_size // PATCH) ** 2}
-    row['saved'] = saved_tensor_bytes(loss, exclude=[*model.parameters(), x])  # also the first warm-up
-    row['train_ms'] = 1e3 * median_seconds(train_step, device, max(0, args.warmup - 1), args.repeats, args.budget)
-    if device.type == 'cuda':
-        row['peak'] = cuda_peak_bytes(train_step, device)
-    row['fwd_ms'] = 1e3 * median_seconds(forward, device, max(0, args.warmup - 1), args.repeats, args.budget)
-    return row
+    def saved_bytes(self) -> int:
+        return saved_tensor_bytes(self.loss, exclude=[*self.model.parameters(), self.x])
+
+
+def measure(img_size: int, args, device: torch.device) -> list[dict]:
+    """Rows of every attention at one size; their runs take turns (see ``median_seconds``)."""
+    benches = {a: Bench(a, img_size, device) for a in args.attentions}
+    rows = {a: {'attention': a, 'img_size': img_size, 'tokens': 1 + (img_size // PATCH) ** 2}
+            for a in args.attentions}
+    for a, bench in benches.items():
+        rows[a]['saved'] = bench.saved_bytes()  # also the first warm-up run
+    timing = dict(warmup=args.warmup - 1, repeats=args.repeats, budget_s=args.budget)
+    train = median_seconds({a: b.train_step for a, b in benches.items()}, device, **timing)
+    forward = median_seconds({a: b.forward for a, b in benches.items()}, device, **timing)
+    for a, bench in benches.items():
+        rows[a].update(train_ms=1e3 * train[a], fwd_ms=1e3 * forward[a])
+        if device.type == 'cuda':
+            rows[a]['peak'] = cuda_peak_bytes(bench.train_step, device)
+    return list(rows.values())
 
 
 def table(rows: list[dict]) -> str:
@@ -182,10 +198,9 @@ def main(argv=None) -> None:
     print(title, flush=True)
     rows = []
     for size in args.img_sizes:
-        for attention in args.attentions:
-            row = measure(attention, size, args, device)
+        for row in measure(size, args, device):
             rows.append(row)
-            print(f"  {attention:8s} {size:5d}² ({row['tokens']:6d} tokens): fwd {row['fwd_ms']:.1f} ms, "
+            print(f"  {row['attention']:8s} {size:5d}² ({row['tokens']:6d} tokens): fwd {row['fwd_ms']:.1f} ms, "
                   f"train {row['train_ms']:.1f} ms, saved {row['saved'] / MiB:.1f} MiB"
                   + (f", peak {row['peak'] / MiB:.1f} MiB" if 'peak' in row else ''), flush=True)
     report = table(rows)

@@ -1,7 +1,8 @@
 """Latency and memory of a training or inference step, on the CPU or on CUDA (torch only).
 
 * latency: median wall time over ``repeats`` runs after ``warmup`` runs,
-  synchronising CUDA around each run (:func:`median_seconds`);
+  synchronising CUDA around each run, the compared steps taking turns
+  (:func:`median_seconds`);
 * memory of a training step:
   - ``saved``: bytes of the distinct storages autograd keeps for backward
     (:func:`saved_tensor_bytes`, recorded with
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 import torch
 from torch import Tensor
@@ -27,25 +28,31 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def median_seconds(step: Callable[[], object], device: torch.device, warmup: int = 2, repeats: int = 7,
-                   budget_s: float = float('inf')) -> float:
-    """Median seconds of ``repeats`` timed calls of ``step`` after ``warmup`` untimed ones.
+def median_seconds(steps: Mapping[str, Callable[[], object]], device: torch.device, warmup: int = 2,
+                   repeats: int = 7, budget_s: float = float('inf')) -> dict[str, float]:
+    """Median seconds of each step over ``repeats`` timed calls after ``warmup`` untimed ones.
 
-    Stops repeating once the timed calls took ``budget_s`` in total (at least
-    one timed call), so that slow settings stay affordable.
+    The steps take turns (one call of each per round), so a change of the
+    machine's load during the measurement hits them alike and their ratios stay
+    fair on a shared machine. A step stops being timed once its timed calls
+    took ``budget_s`` in total (after at least one), so slow steps stay affordable.
     """
     if warmup < 0 or repeats < 1:
         raise ValueError(f'warmup={warmup} must be >= 0 and repeats={repeats} >= 1')
     for _ in range(warmup):
-        step()
-    times: list[float] = []
-    while len(times) < repeats and (not times or sum(times) < budget_s):
-        synchronize(device)
-        start = time.perf_counter()
-        step()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for step in steps.values():
+            step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            if times[name] and sum(times[name]) >= budget_s:
+                continue
+            synchronize(device)
+            start = time.perf_counter()
+            step()
+            synchronize(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def saved_tensor_bytes(forward: Callable[[], Tensor], exclude: Iterable[Tensor] = ()) -> int:

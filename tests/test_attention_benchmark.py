@@ -1,0 +1,50 @@
+"""The measuring helpers of tools/benchmark_attention.py."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+_spec = importlib.util.spec_from_file_location(
+    'benchmark_attention', Path(__file__).resolve().parents[1] / 'tools' / 'benchmark_attention.py')
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+@pytest.mark.parametrize('n,expected', [(197, ((14, 14), 1)), (1024, ((32, 32), 0)), (16385, ((128, 128), 1)),
+                                        (65536, ((256, 256), 0))])
+def test_grid_of_token_count_with_optional_class_token(n, expected):
+    assert bench.grid_of(n) == expected
+
+
+def test_grid_of_rejects_a_count_that_is_no_grid():
+    with pytest.raises(ValueError, match='N=7 is neither a square number nor 1 \\+ a square number'):
+        bench.grid_of(7)
+
+
+class Twice(nn.Module):
+    """Saves its (non-parameter) activation several times, through views as well."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(4, 5))
+
+    def forward(self, x, hw_shape):
+        h = (x * self.weight).exp()  # mul saves x and weight (not counted); exp saves h
+        flat = h.view(-1)
+        return h * h + (flat[:5] * flat[5:10]).sum()  # h twice more, then two views of it
+
+
+def test_saved_bytes_counts_each_storage_once_without_parameters_and_input():
+    x = torch.randn(4, 5, requires_grad=True)
+    assert bench.saved_bytes(Twice(), x, None) == 4 * 5 * 4
+
+
+def test_build_gives_each_method_its_grid_and_class_token():
+    m = bench.build('lisa', 197, 192, 3)
+    assert (m.num_prefix_tokens, m.positional_encoding.pos_shape, m.num_steps) == (1, (14, 14), 3)
+    assert m.use_local and m.step_weights == 'adaptive' and m.dwc is not None and m.scale is not None
+    assert bench.build('softmax', 1024, 192, 3).num_prefix_tokens == 0
