@@ -4,13 +4,15 @@ References: the recipes of §5 of the paper notes (values written out here), the
 attention classes of ``projects.lisa`` and mmengine's own optimiser constructor
 (which parameters get weight decay).
 """
+import copy
+import functools
 from pathlib import Path
 
 import pytest
 import torch
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
-from mmengine.registry import init_default_scope
+from mmengine.registry import MODELS, init_default_scope
 
 from projects.lisa.models.attention import FocusedLinearAttention, LiSAAttention, SoftmaxAttention
 from projects.lisa.models.backbones.swin import ShiftedWindowAttention
@@ -18,7 +20,7 @@ from projects.lisa.models.backbones.swin import ShiftedWindowAttention
 ROOT = Path(__file__).resolve().parents[1]
 SEG, DET = ROOT / 'configs' / 'segmentation', ROOT / 'configs' / 'detection'
 
-# Table 3 and Table 4 rows: config -> (backbone, attention class per stage, softmax sr ratios)
+# The attention of each stage in each row: PVT (classes, softmax sr ratios), Swin (classes).
 PVT_ROWS = {
     'lisa': ([LiSAAttention] * 4, None),
     'pvt': ([SoftmaxAttention] * 4, [8, 4, 2, 1]),
@@ -29,7 +31,7 @@ SWIN_ROWS = {
     'swin': [ShiftedWindowAttention] * 4,
     'flatten': [FocusedLinearAttention, FocusedLinearAttention, ShiftedWindowAttention, ShiftedWindowAttention],
 }
-ROWS = {
+ROWS = {  # the Table 3 / Table 4 configs -> (mm scope, backbone family, row)
     SEG / 'fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py': ('mmseg', 'pvt', 'lisa'),
     SEG / 'fpn_pvt-t_8xb4-40k_ade20k-512x512.py': ('mmseg', 'pvt', 'pvt'),
     SEG / 'fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py': ('mmseg', 'pvt', 'flatten'),
@@ -43,33 +45,35 @@ ROWS = {
     DET / 'mask-rcnn_swin-t_fpn_1x_coco.py': ('mmdet', 'swin', 'swin'),
     DET / 'mask-rcnn_flatten-swin-t_fpn_1x_coco.py': ('mmdet', 'swin', 'flatten'),
 }
-DEMOS = {
-    SEG / 'demo' / 'fpn_lisa-pvt-t_1xb4-150iter_synthetic-ade20k-96x96.py': SEG / 'fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py',
-    DET / 'demo' / 'mask-rcnn_lisa-pvt-t_fpn_1xb4-12e_synthetic-coco-96.py': DET / 'mask-rcnn_lisa-pvt-t_fpn_1x_coco.py',
+DEMOS = {  # demo config -> the Table config it inherits
+    SEG / 'demo/fpn_lisa-pvt-t_1xb4-150iter_synthetic-ade20k-96x96.py':
+    SEG / 'fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py',
+    DET / 'demo/mask-rcnn_lisa-pvt-t_fpn_1xb4-12e_synthetic-coco-96.py':
+    DET / 'mask-rcnn_lisa-pvt-t_fpn_1x_coco.py',
 }
 ids = [p.name for p in ROWS]
 
 
-def load(path: Path) -> Config:
+@functools.cache
+def _load(path: Path) -> Config:
     return Config.fromfile(str(path))
 
 
-_models: dict[Path, torch.nn.Module] = {}
+def load(path: Path) -> Config:
+    """The resolved config (parsed once per session; each caller gets its own copy)."""
+    return copy.deepcopy(_load(path))
 
 
+@functools.cache
 def build_model(path: Path) -> torch.nn.Module:
     """The config's model, built once per session (weights not loaded: no checkpoint needed)."""
-    if path not in _models:
-        cfg = load(path)
-        init_default_scope(cfg.default_scope)
-        from mmengine.registry import MODELS
-        _models[path] = MODELS.build(cfg.model)
-    return _models[path]
+    cfg = load(path)
+    init_default_scope(cfg.default_scope)
+    return MODELS.build(cfg.model)
 
 
 def test_every_config_of_the_tables_exists_and_the_demo_configs_too():
-    found = {p for p in [*SEG.glob('*.py'), *DET.glob('*.py')]}
-    assert found == set(ROWS)
+    assert {*SEG.glob('*.py'), *DET.glob('*.py')} == set(ROWS)
     assert all(p.is_file() for p in DEMOS)
 
 
@@ -119,35 +123,27 @@ def test_backbone_has_the_attention_of_its_table_row_and_feeds_the_heads(path):
     scope, family, row = ROWS[path]
     model = build_model(path)
     backbone = model.backbone
+    attns = [[block.attn for block in stage.blocks] for stage in backbone.stages]
     if family == 'pvt':
         classes, sr = PVT_ROWS[row]
-        attns = [stage.blocks[0].attn for stage in backbone.stages]
         if sr is not None:
-            assert [a.sr_ratio for a in attns] == sr
+            assert [{a.sr_ratio for a in stage} for stage in attns] == [{r} for r in sr]
         channels = [64, 128, 320, 512]
     else:
         classes = SWIN_ROWS[row]
-        attns = [stage.blocks[0].attn for stage in backbone.stages]
         channels = [96, 192, 384, 768]
-    assert [type(a) for a in attns] == classes
+    assert [{type(a) for a in stage} for stage in attns] == [{c} for c in classes]
     model.eval()
     with torch.no_grad():
         feats = backbone(torch.rand(1, 3, 64, 96))
         assert [f.shape[1] for f in feats] == channels
         assert [f.shape[2:] for f in feats] == [(64 // s, 96 // s) for s in (4, 8, 16, 32)]
-        if scope == 'mmdet':  # a two-stage detector's forward needs the image metas
-            from mmdet.testing import demo_mm_inputs
-            data = model.data_preprocessor(demo_mm_inputs(1, [(3, 64, 96)], num_classes=80), False)
-            out = model(**data, mode='tensor')
-        else:
-            out = model(torch.rand(1, 3, 64, 96), mode='tensor')  # neck and heads accept the features
-    first = out if isinstance(out, torch.Tensor) else out[0]
-    first = first[0] if isinstance(first, (list, tuple)) else first
+        if scope == 'mmdet':  # the neck and the RPN take the features (the RoI heads follow the neck)
+            out = model.rpn_head(model.neck(feats))[0]
+        else:  # the neck and the decode head take the features
+            out = model(torch.rand(1, 3, 64, 96), mode='tensor')
+    first = out[0] if isinstance(out, (list, tuple)) else out
     assert torch.isfinite(first).all()
-
-
-def _optimizer_of(cfg: Config, path: Path):
-    return build_optim_wrapper(build_model(path), cfg.optim_wrapper).optimizer
 
 
 @pytest.mark.parametrize('path', [p for p in ROWS if p.name.startswith('fpn')], ids=lambda p: p.name)
@@ -202,13 +198,16 @@ def test_swin_recipes_exempt_norms_and_position_tables_from_weight_decay(path):
     cfg = load(path)
     decay = cfg.optim_wrapper.optimizer.weight_decay
     model = build_model(path)
-    by_param = {id(p): g['weight_decay'] for g in _optimizer_of(cfg, path).param_groups for p in g['params']}
+    groups = build_optim_wrapper(model, cfg.optim_wrapper).optimizer.param_groups
+    by_param = {id(p): g['weight_decay'] for g in groups for p in g['params']}
     named = dict(model.named_parameters())
     exempt = [n for n in named if n.startswith('backbone.') and (
         'norm' in n or 'relative_position_bias_table' in n or 'positional_encoding' in n)]
-    assert any('relative_position_bias_table' in n for n in exempt)
-    if ROWS[path][2] != 'swin':
-        assert any('positional_encoding' in n for n in exempt)
+    explicit = ['backbone.stages.0.blocks.0.norm1.weight', 'backbone.norm3.bias',
+                'backbone.stages.2.blocks.1.attn.relative_position_bias_table']
+    if ROWS[path][2] != 'swin':  # the kernel attentions of stages 1-2
+        explicit.append('backbone.stages.0.blocks.0.attn.positional_encoding.weight')
+    assert set(explicit) <= set(exempt)
     assert all(by_param[id(named[n])] == 0 for n in exempt)
     assert by_param[id(named['backbone.stages.0.blocks.0.attn.qkv.weight'])] == decay
 
@@ -227,7 +226,8 @@ def config_diff(a, b, path=''):
 # What a CPU demo may change: sizes (images, crops, head widths, RoIs per image), schedule, data
 # location, loader processes, SyncBN -> BN, the pretrained weights and its own helper variables.
 DEMO_MAY_CHANGE = (
-    'crop_size', 'scale', 'sizes', 'width', 'norm_cfg', 'max_iters', 'data_root', 'randomness', 'train_pipeline', 'test_pipeline',
+    'crop_size', 'scale', 'sizes', 'width', 'norm_cfg', 'max_iters', 'data_root', 'randomness',
+    'train_pipeline', 'test_pipeline',
     'data_preprocessor.size', 'model.data_preprocessor.size', 'model.backbone.init_cfg',
     'model.decode_head.norm_cfg', 'model.train_cfg.rcnn.sampler.num',
     'param_scheduler', 'train_cfg.max_iters', 'train_cfg.val_interval',

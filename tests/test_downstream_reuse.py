@@ -5,6 +5,8 @@ does not use (RetinaNet, Cascade Mask R-CNN, DeepLabV3+) from its mm library;
 the reference is the library's own model: it must build, compute its losses on a
 small batch and send gradients back into the LiSA attention.
 """
+import functools
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,15 +43,24 @@ model = dict(
 }
 
 
-def build(name: str, tmp_path: Path) -> torch.nn.Module:
-    path = tmp_path / f'{name}.py'
-    path.write_text(SNIPPETS[name])
-    cfg = Config.fromfile(str(path))
+@functools.cache
+def build(name: str) -> torch.nn.Module:
+    """The model of ``SNIPPETS[name]``, written to a config file and built as mm tools do (once per session)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f'{name}.py'
+        path.write_text(SNIPPETS[name])
+        cfg = Config.fromfile(str(path))
     assert '://' not in cfg.pretty_text
     if cfg.default_scope == 'mmseg':  # BN on one CPU process, a small test input
         cfg.merge_from_dict({'model.data_preprocessor.size': (64, 64)})
         for head in ('decode_head', 'auxiliary_head'):
             cfg.model[head].norm_cfg = dict(type='BN', requires_grad=True)
+    else:  # fewer proposals and RoIs than on COCO, to keep the CPU test short
+        if 'rpn_proposal' in cfg.model.train_cfg:
+            cfg.model.train_cfg.rpn_proposal.max_per_img = cfg.model.test_cfg.rpn.max_per_img = 100
+        rcnn = cfg.model.train_cfg.get('rcnn')
+        for stage in rcnn if isinstance(rcnn, list) else [rcnn] if rcnn else []:
+            stage.sampler.num = 64
     init_default_scope(cfg.default_scope)
     model = MODELS.build(cfg.model)
     model.init_weights()
@@ -76,9 +87,10 @@ def seg_batch() -> dict:
 
 
 @pytest.mark.parametrize('name', SNIPPETS)
-def test_lisa_backbone_trains_inside_another_mm_architecture(name, tmp_path):
-    model = build(name, tmp_path)
+def test_lisa_backbone_trains_inside_another_mm_architecture(name):
+    model = build(name)
     model.train()
+    model.zero_grad()
     batch = seg_batch() if name.startswith('deeplab') else det_batch(with_mask='mask' in name)
     data = model.data_preprocessor(batch, True)
     losses = model(**data, mode='loss')
@@ -95,8 +107,8 @@ def test_lisa_backbone_trains_inside_another_mm_architecture(name, tmp_path):
 
 
 @pytest.mark.parametrize('name', SNIPPETS)
-def test_lisa_backbone_predicts_inside_another_mm_architecture(name, tmp_path):
-    model = build(name, tmp_path).eval()
+def test_lisa_backbone_predicts_inside_another_mm_architecture(name):
+    model = build(name).eval()
     batch = seg_batch() if name.startswith('deeplab') else det_batch(with_mask='mask' in name)
     with torch.no_grad():
         data = model.data_preprocessor(batch, False)
