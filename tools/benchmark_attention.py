@@ -35,8 +35,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import json
 import math
 import os
@@ -53,24 +51,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
+from projects.lisa.analysis.benchmark import keep_freed_memory  # noqa: E402
 from projects.lisa.models.attention import build_attention  # noqa: E402
 
 METHODS = ('softmax', 'linear', 'flatten', 'lisa')
 MALLOC_ENV = {'MALLOC_MMAP_THRESHOLD_': '65536', 'MALLOC_TRIM_THRESHOLD_': '0'}
-
-
-def keep_freed_memory() -> None:
-    """Make glibc's malloc keep freed memory for reuse, as a caching allocator (CUDA's) does.
-
-    By default glibc serves every allocation of 32 MiB or more with a fresh
-    ``mmap`` and unmaps it when freed, so each large temporary is page-faulted
-    and zeroed by the kernel again on every step: at N = 65,536 that adds about
-    2 s of system time to FLatten and LiSA alike and hides how the operators scale.
-    """
-    if sys.platform.startswith('linux'):
-        libc = ctypes.CDLL(ctypes.util.find_library('c'))
-        libc.mallopt(-4, 0)        # M_MMAP_MAX: serve everything from the heap
-        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: do not hand freed heap back
 
 
 def grid_of(n: int) -> tuple[tuple[int, int], int]:

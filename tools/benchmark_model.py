@@ -19,7 +19,9 @@ median of ``--repeats`` runs after ``--warmup - 1`` further untimed runs,
 stopping early once a measurement's timed runs took ``--budget`` seconds.
 All attentions of one size run in one process and take turns run by run, so
 a change of the machine's load hits them alike and the ratios to FLatten
-compare like with like. The table, a JSON file and a log-log plot of latency
+compare like with like. On the CPU glibc's malloc keeps freed memory for
+reuse, as CUDA's caching allocator does (``--glibc-malloc`` turns this off).
+The table, a JSON file and a log-log plot of latency
 and memory against the token count are written to ``--out``.
 
 Needs torch, mmengine and mmcv (``LiSAViT`` is built from their bricks) and
@@ -44,7 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from projects.lisa.analysis.benchmark import cuda_peak_bytes, median_seconds, saved_tensor_bytes  # noqa: E402
+from projects.lisa.analysis.benchmark import (cuda_peak_bytes, keep_freed_memory, median_seconds,  # noqa: E402
+                                              saved_tensor_bytes)
 from projects.lisa.models.backbones.vit import LiSAViT  # noqa: E402
 
 # The attention of configs/classification/deit-tiny_{softmax,flatten,lisa}_8xb128_in1k.py.
@@ -175,6 +178,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--threads', type=int, default=len(os.sched_getaffinity(0)),
                         help='torch CPU threads (default: the cores available)')
     parser.add_argument('--out', type=Path, default=Path('work_dirs/benchmark_model'))
+    parser.add_argument('--glibc-malloc', action='store_true',
+                        help="time with glibc's default malloc (fresh mmap for every block >= 32 MiB)")
     args = parser.parse_args(argv)
     if args.device == 'auto':
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -192,6 +197,8 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if device.type == 'cpu' and not args.glibc_malloc:
+        keep_freed_memory()
     device_name = torch.cuda.get_device_name(device) if device.type == 'cuda' else f'CPU, {args.threads} threads'
     title = (f'DeiT-T, batch 1; {device_name}; torch {torch.__version__}; '
              f'median of up to {args.repeats} runs after {args.warmup} warm-up (the memory run first)')

@@ -11,11 +11,16 @@
     what grows with the token count and sets the peak of training; it does not
     depend on the allocator, so it is the same on every device;
   - ``peak`` (CUDA only): ``torch.cuda.max_memory_allocated`` during the step
-    above the memory allocated before it (:func:`cuda_peak_bytes`).
+    above the memory allocated before it (:func:`cuda_peak_bytes`);
+* allocator: on the CPU, timings are taken with glibc's malloc keeping
+  freed memory (:func:`keep_freed_memory`), as CUDA's caching allocator does.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import statistics
+import sys
 import time
 from typing import Callable, Iterable, Mapping
 
@@ -26,6 +31,20 @@ from torch import Tensor
 def synchronize(device: torch.device) -> None:
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
+
+
+def keep_freed_memory() -> None:
+    """Make glibc's malloc keep freed memory for reuse, as a caching allocator (CUDA's) does.
+
+    By default glibc serves every allocation of 32 MiB or more with a fresh
+    ``mmap`` and unmaps it when freed, so each large temporary is page-faulted
+    and zeroed by the kernel again on every step: at N = 65,536 that adds about
+    2 s of system time to FLatten and LiSA alike and hides how the operators scale.
+    """
+    if sys.platform.startswith('linux'):
+        libc = ctypes.CDLL(ctypes.util.find_library('c'))
+        libc.mallopt(-4, 0)        # M_MMAP_MAX: serve everything from the heap
+        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: do not hand freed heap back
 
 
 def median_seconds(steps: Mapping[str, Callable[[], object]], device: torch.device, warmup: int = 2,
