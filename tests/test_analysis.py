@@ -12,7 +12,7 @@ from mmengine.config import Config
 from torch import nn
 from torch.autograd.function import FunctionCtx
 
-from projects.lisa.analysis.benchmark import cuda_peak_bytes, median_seconds, saved_tensor_bytes
+from projects.lisa.analysis.benchmark import cuda_peak_bytes, loglog_plot, median_seconds, saved_tensor_bytes
 from projects.lisa.analysis.flops import (PAPER_GFLOPS, Complexity, config_complexity, flop_analyzer,
                                          model_complexity)
 from projects.lisa.analysis.walk_maps import attention_matrices, query_token, split_row
@@ -271,3 +271,22 @@ def test_visualize_walk_draws_a_figure(tmp_path):
     main([str(ROOT / 'configs/classification/deit-tiny_lisa_8xb128_in1k.py'), '--input-size', '48', '48',
           '--layer', 'layers.1.attn', '--query', '5', '40', '--out', str(out)])
     assert out.stat().st_size > 0
+
+
+def test_loglog_plot_draws_one_colour_per_group_and_skips_missing_series(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+    drawn = {}
+
+    def record(fig, path, **kwargs):
+        drawn.update({line.get_label(): (list(line.get_xdata()), list(line.get_ydata()), line.get_color())
+                      for ax in fig.axes for line in ax.get_lines()})
+        Path(path).write_bytes(b'png')
+
+    monkeypatch.setattr(Figure, 'savefig', record)
+    rows = [{'m': 'a', 'n': 10, 't': 2.0, 's': 2 ** 20}, {'m': 'a', 'n': 1, 't': 1.0, 's': 2 ** 21},
+            {'m': 'b', 'n': 1, 't': 3.0, 's': 2 ** 22, 'p': 2 ** 23}]
+    loglog_plot(rows, 'm', 'n', {'t': 'time'}, {'s': 'saved', 'p': 'peak'}, tmp_path / 'x.png', 'title')
+    assert set(drawn) == {'a time', 'a saved', 'b time', 'b saved', 'b peak'}
+    assert drawn['a time'][:2] == ([1, 10], [1.0, 2.0])  # sorted by x
+    assert drawn['a saved'][1] == [2.0, 1.0]  # MiB
+    assert drawn['a time'][2] == drawn['a saved'][2] != drawn['b time'][2] == drawn['b peak'][2]

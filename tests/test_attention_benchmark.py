@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,15 @@ def test_build_gives_each_method_its_grid_and_class_token():
     assert (m.num_prefix_tokens, m.positional_encoding.pos_shape, m.num_steps) == (1, (14, 14), 3)
     assert m.use_local and m.step_weights == 'adaptive' and m.dwc is not None and m.scale is not None
     assert bench.build('softmax', 1024, 192, 3).num_prefix_tokens == 0
+
+
+def test_benchmark_writes_table_json_and_plot_with_ratios_to_flatten(tmp_path):
+    bench.main(['--sizes', '17', '--methods', 'flatten', 'lisa', '--repeats', '1', '--warmup', '0',
+                '--out', str(tmp_path)])
+    rows = json.loads((tmp_path / 'attention_benchmark.json').read_text())['rows']
+    assert [(r['method'], r['N'], r['grid']) for r in rows] == [('flatten', 17, '4x4'), ('lisa', 17, '4x4')]
+    assert all(r['fwd_ms'] > 0 and r['fwd_bwd_ms'] > 0 and r['saved'] > 0 and r['peak'] > 0 for r in rows)
+    table = (tmp_path / 'attention_benchmark.txt').read_text()
+    (flatten, ) = [line for line in table.splitlines() if line.startswith('flatten ') and '|' in line]
+    assert flatten.split('|')[1].split() == ['1.00'] * 4
+    assert (tmp_path / 'attention_benchmark.png').stat().st_size > 0

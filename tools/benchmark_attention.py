@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
-from projects.lisa.analysis.benchmark import keep_freed_memory  # noqa: E402
+from projects.lisa.analysis.benchmark import keep_freed_memory, loglog_plot  # noqa: E402
 from projects.lisa.models.attention import build_attention  # noqa: E402
 
 METHODS = ('softmax', 'linear', 'flatten', 'lisa')
@@ -232,31 +232,6 @@ def table(rows: list[dict]) -> str:
     return '\n'.join(lines)
 
 
-def plot(rows: list[dict], path: Path, title: str) -> None:
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for method in METHODS:
-        rs = sorted((r for r in rows if r['method'] == method), key=lambda r: r['N'])
-        if not rs:
-            continue
-        n = [r['N'] for r in rs]
-        (line,) = ax_t.plot(n, [r['fwd_bwd_ms'] for r in rs], 'o-', label=f'{method} fwd+bwd')
-        ax_t.plot(n, [r['fwd_ms'] for r in rs], 's--', color=line.get_color(), alpha=0.6, label=f'{method} fwd')
-        ax_m.plot(n, [r['saved'] / 2**20 for r in rs], 'o-', color=line.get_color(), label=f'{method} saved')
-        ax_m.plot(n, [r['peak'] / 2**20 for r in rs], 's--', color=line.get_color(), alpha=0.6,
-                  label=f'{method} peak')
-    for ax, ylabel in ((ax_t, 'latency (ms)'), (ax_m, 'memory (MiB)')):
-        ax.set(xscale='log', yscale='log', xlabel='tokens N', ylabel=ylabel)
-        ax.grid(True, which='both', alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--device', default='auto', help="'cpu', 'cuda' or 'auto' (cuda when available)")
@@ -316,7 +291,8 @@ def main(argv=None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / 'attention_benchmark.json').write_text(json.dumps({'setting': title, 'rows': rows}, indent=1))
     (args.out / 'attention_benchmark.txt').write_text(title + '\n' + report + '\n')
-    plot(rows, args.out / 'attention_benchmark.png', title)
+    loglog_plot(rows, 'method', 'N', {'fwd_bwd_ms': 'fwd+bwd', 'fwd_ms': 'fwd'},
+                {'saved': 'saved', 'peak': 'peak'}, args.out / 'attention_benchmark.png', title)
     print(f'saved {args.out}/attention_benchmark.{{png,json,txt}}')
 
 

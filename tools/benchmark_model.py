@@ -46,8 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from projects.lisa.analysis.benchmark import (cuda_peak_bytes, keep_freed_memory, median_seconds,  # noqa: E402
-                                              saved_tensor_bytes)
+from projects.lisa.analysis.benchmark import (cuda_peak_bytes, keep_freed_memory, loglog_plot,  # noqa: E402
+                                              median_seconds, saved_tensor_bytes)
 from projects.lisa.models.backbones.vit import LiSAViT  # noqa: E402
 
 # The attention of configs/classification/deit-tiny_{softmax,flatten,lisa}_8xb128_in1k.py.
@@ -137,34 +137,6 @@ def table(rows: list[dict]) -> str:
     return '\n'.join(lines)
 
 
-def plot(rows: list[dict], path: Path, title: str) -> None:
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for attention in ATTENTIONS:
-        rs = sorted((r for r in rows if r['attention'] == attention), key=lambda r: r['tokens'])
-        if not rs:
-            continue
-        n = [r['tokens'] for r in rs]
-        (line,) = ax_t.plot(n, [r['train_ms'] for r in rs], 'o-', label=f'{attention} train step')
-        ax_t.plot(n, [r['fwd_ms'] for r in rs], 's--', color=line.get_color(), alpha=0.6,
-                  label=f'{attention} forward')
-        ax_m.plot(n, [r['saved'] / MiB for r in rs], 'o-', color=line.get_color(), label=f'{attention} saved')
-        if 'peak' in rs[0]:
-            ax_m.plot(n, [r['peak'] / MiB for r in rs], 's--', color=line.get_color(), alpha=0.6,
-                      label=f'{attention} peak')
-    for ax, ylabel in ((ax_t, 'latency (ms)'), (ax_m, 'memory of a training step (MiB)')):
-        ax.set(xscale='log', yscale='log', xlabel='tokens', ylabel=ylabel)
-        ax.grid(True, which='both', alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--img-sizes', type=int, nargs='+', default=[224, 448, 896, 1344, 2048],
@@ -215,7 +187,9 @@ def main(argv=None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / 'benchmark_model.json').write_text(json.dumps({'setting': title, 'rows': rows}, indent=1))
     (args.out / 'benchmark_model.md').write_text(title + '\n\n' + report + '\n')
-    plot(rows, args.out / 'benchmark_model.png', title)
+    loglog_plot(rows, 'attention', 'tokens', {'train_ms': 'train step', 'fwd_ms': 'forward'},
+                {'saved': 'saved', 'peak': 'peak'}, args.out / 'benchmark_model.png', title,
+                'memory of a training step (MiB)')
     print(f'saved {args.out}/benchmark_model.{{png,json,md}}')
 
 

@@ -22,7 +22,8 @@ import ctypes.util
 import statistics
 import sys
 import time
-from typing import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -105,3 +106,35 @@ def cuda_peak_bytes(step: Callable[[], object], device: torch.device) -> int:
     step()
     synchronize(device)
     return torch.cuda.max_memory_allocated(device) - before
+
+
+def loglog_plot(rows: Sequence[dict], group: str, x: str, latency: Mapping[str, str], memory: Mapping[str, str],
+                path: Path, title: str, memory_label: str = 'memory (MiB)') -> None:
+    """Save two log-log panels against ``x``: latency (ms) and memory (MiB).
+
+    One colour per value of ``rows[i][group]``; ``latency`` / ``memory`` map a
+    row key to its legend label (first key solid, the others dashed); keys a
+    group's rows lack are skipped. Needs matplotlib.
+    """
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name in dict.fromkeys(r[group] for r in rows):
+        rs = sorted((r for r in rows if r[group] == name), key=lambda r: r[x])
+        n, color = [r[x] for r in rs], None
+        for ax, series, scale in ((axes[0], latency, 1), (axes[1], memory, 2 ** -20)):
+            for i, (key, label) in enumerate(series.items()):
+                if key in rs[0]:
+                    (line, ) = ax.plot(n, [r[key] * scale for r in rs], 's--' if i else 'o-', color=color,
+                                       alpha=0.6 if i else 1.0, label=f'{name} {label}')
+                    color = line.get_color()
+    for ax, ylabel in zip(axes, ('latency (ms)', memory_label)):
+        ax.set(xscale='log', yscale='log', xlabel='tokens', ylabel=ylabel)
+        ax.grid(True, which='both', alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
