@@ -179,6 +179,13 @@ def test_timed_steps_take_turns_after_the_warmup_and_stop_at_their_budget():
     assert calls == ['a', 'b']  # one timed call each exhausts a zero budget
 
 
+def test_timed_steps_read_the_given_clock():
+    ticks = iter([0.0, 2.0, 10.0, 15.0, 20.0, 24.0, 30.0, 31.0])
+    medians = median_seconds({'a': lambda: None, 'b': lambda: None}, torch.device('cpu'), warmup=0, repeats=2,
+                             clock=lambda: next(ticks))
+    assert medians == {'a': 3.0, 'b': 3.0}  # a: 2 and 4, b: 5 and 1
+
+
 def test_cuda_peak_needs_a_cuda_device():
     with pytest.raises(ValueError, match='CUDA'):
         cuda_peak_bytes(lambda: None, torch.device('cpu'))

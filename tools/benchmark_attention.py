@@ -35,10 +35,10 @@ Example::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -51,7 +51,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
-from projects.lisa.analysis.benchmark import keep_freed_memory, loglog_plot  # noqa: E402
+from projects.lisa.analysis.benchmark import (cuda_peak_bytes, keep_freed_memory, loglog_plot,  # noqa: E402
+                                              median_seconds, saved_tensor_bytes)
 from projects.lisa.models.attention import build_attention  # noqa: E402
 
 METHODS = ('softmax', 'linear', 'flatten', 'lisa')
@@ -89,47 +90,10 @@ def step(m: nn.Module, x: torch.Tensor, hw_shape, backward: bool) -> None:
     m(x, hw_shape).sum().backward()
 
 
-def sync(device: torch.device) -> None:
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-
-
-def latencies(setups: dict, backward: bool, args) -> dict[str, float]:
-    """Median seconds per method; the methods take turns, so a change of load on shared
-    cores hits them alike. A method stops once its runs exceed ``args.budget`` seconds."""
-    clock = time.process_time if args.clock == 'cpu' else time.perf_counter
-    for m, x, hw_shape in setups.values():
-        for _ in range(args.warmup):
-            step(m, x, hw_shape, backward)
-    times: dict[str, list[float]] = {name: [] for name in setups}
-    for _ in range(args.repeats):
-        for name, (m, x, hw_shape) in setups.items():
-            if sum(times[name]) >= args.budget:
-                continue
-            sync(x.device)
-            start = clock()
-            step(m, x, hw_shape, backward)
-            sync(x.device)
-            times[name].append(clock() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def saved_bytes(m: nn.Module, x: torch.Tensor, hw_shape) -> int:
     """Bytes of the distinct storages autograd keeps for backward (parameters and input excluded)."""
-    own = {p.untyped_storage().data_ptr() for p in m.parameters()} | {x.untyped_storage().data_ptr()}
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in own:
-            seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
     m.zero_grad(set_to_none=True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y = m(x, hw_shape)
-    y.sum().backward()
-    return sum(seen.values())
+    return saved_tensor_bytes(lambda: m(x, hw_shape), exclude=[*m.parameters(), x])
 
 
 def vm_kib(field: str) -> int:
@@ -143,12 +107,7 @@ def peak_bytes(m: nn.Module, x: torch.Tensor, hw_shape) -> int:
     m.zero_grad(set_to_none=True)
     x.grad = None
     if x.device.type == 'cuda':
-        torch.cuda.synchronize(x.device)
-        torch.cuda.reset_peak_memory_stats(x.device)
-        before = torch.cuda.memory_allocated(x.device)
-        step(m, x, hw_shape, backward=True)
-        torch.cuda.synchronize(x.device)
-        return torch.cuda.max_memory_allocated(x.device) - before
+        return cuda_peak_bytes(functools.partial(step, m, x, hw_shape, True), x.device)
     with open('/proc/self/clear_refs', 'w') as f:
         f.write('5')  # reset VmHWM to the current resident size
     before = vm_kib('VmRSS')
@@ -190,6 +149,8 @@ def skip_reason(method: str, n: int, args) -> str | None:
 
 def run(args) -> list[dict]:
     device = torch.device(args.device)
+    clock = time.process_time if args.clock == 'cpu' else time.perf_counter
+    timing = dict(warmup=args.warmup, repeats=args.repeats, budget_s=args.budget, clock=clock)
     rows = []
     for n in args.sizes:
         methods = []
@@ -200,7 +161,9 @@ def run(args) -> list[dict]:
             else:
                 methods.append(method)
         setups = {method: setup(method, n, args, device) for method in methods}
-        fwd, fwd_bwd = latencies(setups, False, args), latencies(setups, True, args)
+        fwd, fwd_bwd = (median_seconds({name: functools.partial(step, *parts, backward)
+                                        for name, parts in setups.items()}, device, **timing)
+                        for backward in (False, True))
         del setups
         for method in methods:
             row = {'method': method, 'N': n, 'grid': '{}x{}'.format(*grid_of(n)[0]),

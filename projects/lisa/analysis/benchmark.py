@@ -49,13 +49,15 @@ def keep_freed_memory() -> None:
 
 
 def median_seconds(steps: Mapping[str, Callable[[], object]], device: torch.device, warmup: int = 2,
-                   repeats: int = 7, budget_s: float = float('inf')) -> dict[str, float]:
+                   repeats: int = 7, budget_s: float = float('inf'),
+                   clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """Median seconds of each step over ``repeats`` timed calls after ``warmup`` untimed ones.
 
     The steps take turns (one call of each per round), so a change of the
     machine's load during the measurement hits them alike and their ratios stay
     fair on a shared machine. A step stops being timed once its timed calls
     took ``budget_s`` in total (after at least one), so slow steps stay affordable.
+    ``clock``: wall time by default; ``time.process_time`` gives the process's CPU time.
     """
     if warmup < 0 or repeats < 1:
         raise ValueError(f'warmup={warmup} must be >= 0 and repeats={repeats} >= 1')
@@ -68,10 +70,10 @@ def median_seconds(steps: Mapping[str, Callable[[], object]], device: torch.devi
             if times[name] and sum(times[name]) >= budget_s:
                 continue
             synchronize(device)
-            start = time.perf_counter()
+            start = clock()
             step()
             synchronize(device)
-            times[name].append(time.perf_counter() - start)
+            times[name].append(clock() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
