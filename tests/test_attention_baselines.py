@@ -13,14 +13,7 @@ from projects.lisa.models.attention import (FocusedLinearAttention, LinearAttent
 from projects.lisa.models.attention.base import focus
 
 
-@pytest.fixture(autouse=True)
-def seed_and_one_thread():
-    """Tiny tensors: a second intra-op thread costs more in synchronisation than it saves."""
-    threads = torch.get_num_threads()
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
 
 
 def randomise(m: nn.Module) -> nn.Module:

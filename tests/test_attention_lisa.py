@@ -35,14 +35,7 @@ def tokens(batch: int, hw_shape, num_prefix_tokens: int = 0, dim: int = 12) -> t
     return torch.randn(batch, num_prefix_tokens + math.prod(hw_shape), dim, dtype=torch.float64)
 
 
-@pytest.fixture(autouse=True)
-def seed_and_one_thread():
-    """Tiny tensors: a second intra-op thread costs more in synchronisation than it saves."""
-    threads = torch.get_num_threads()
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
 
 
 @pytest.mark.parametrize('hw_shape,num_prefix_tokens', [((5, 7), 0), ((3, 3), 1), ((1, 4), 2)])
