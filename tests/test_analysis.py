@@ -1,6 +1,7 @@
 """FLOP counting, efficiency measurement and attention-map extraction (projects/lisa/analysis, tools)."""
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -297,3 +298,16 @@ def test_loglog_plot_draws_one_colour_per_group_and_skips_missing_series(tmp_pat
     assert drawn['a time'][:2] == ([1, 10], [1.0, 2.0])  # sorted by x
     assert drawn['a saved'][1] == [2.0, 1.0]  # MiB
     assert drawn['a time'][2] == drawn['a saved'][2] != drawn['b time'][2] == drawn['b peak'][2]
+
+
+@pytest.mark.parametrize('tool,argv,message', [
+    ('benchmark_model', ['--threads', '0'], '--threads=0 must be >= 1'),
+    ('benchmark_model', ['--repeats', '0'], '--repeats=0 must be >= 1'),
+    ('benchmark_model', ['--img-sizes', '100'], '--img-sizes: 100 is not a positive multiple'),
+    ('get_flops', ['--paper', '--threads', '0'], '--threads=0 must be >= 1'),
+])
+def test_tools_refuse_invalid_options_naming_the_value(tool, argv, message, capsys):
+    parse_args = importlib.import_module(f'tools.{tool}').parse_args
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert message in capsys.readouterr().err

@@ -61,3 +61,13 @@ def test_benchmark_writes_table_json_and_plot_with_ratios_to_flatten(tmp_path):
     (flatten, ) = [line for line in table.splitlines() if line.startswith('flatten ') and '|' in line]
     assert flatten.split('|')[1].split() == ['1.00'] * 4
     assert (tmp_path / 'attention_benchmark.png').stat().st_size > 0
+
+
+@pytest.mark.parametrize('argv,message', [(['--threads', '0'], '--threads=0 must be >= 1'),
+                                          (['--repeats', '0'], '--repeats=0 must be >= 1'),
+                                          (['--warmup', '-1'], '--warmup=-1 must be >= 0'),
+                                          (['--sizes', '7'], 'N=7 is neither')])
+def test_invalid_options_are_refused_naming_the_value(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(argv)
+    assert message in capsys.readouterr().err

@@ -223,6 +223,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
     if args.device not in ('cpu', 'cuda'):
         parser.error(f"--device={args.device!r} must be 'cpu', 'cuda' or 'auto'")
+    for name, least in (('warmup', 0), ('repeats', 1), ('threads', 1), ('dim', 1), ('heads', 1), ('batch', 1)):
+        if getattr(args, name) < least:
+            parser.error(f'--{name}={getattr(args, name)} must be >= {least}')
     if args.clock == 'cpu' and args.device == 'cuda':
         parser.error("--clock cpu measures host CPU time; use --clock wall with --device cuda")
     if args.softmax_max_tokens is None:

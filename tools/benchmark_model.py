@@ -160,8 +160,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     for size in args.img_sizes:
         if size < PATCH or size % PATCH:
             parser.error(f'--img-sizes: {size} is not a positive multiple of the patch size {PATCH}')
-    if args.warmup < 1 or args.repeats < 1 or args.threads < 1:
-        parser.error('--warmup, --repeats and --threads must be >= 1')
+    for name in ('warmup', 'repeats', 'threads'):
+        if getattr(args, name) < 1:
+            parser.error(f'--{name}={getattr(args, name)} must be >= 1')
     return args
 
 

@@ -64,6 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for config in args.configs:
         if not config.is_file():
             parser.error(f'config {config} does not exist')
+    if args.threads is not None and args.threads < 1:
+        parser.error(f'--threads={args.threads} must be >= 1')
     if args.shape is not None and min(args.shape) < 1:
         parser.error(f'--shape {args.shape} must be two positive ints')
     return args
