@@ -146,9 +146,12 @@ def test_gradients_match_finite_differences(kwargs):
     assert torch.autograd.gradcheck(f, (x, *params), fast_mode=True)
 
 
+@pytest.mark.filterwarnings('ignore:projects.lisa. the fused CPU kernel')
 @pytest.mark.parametrize('block_elements', [1, 24])
 def test_local_branch_in_cpu_blocks_matches_reference_and_finite_differences(block_elements, monkeypatch):
-    """1: one (batch, head) and one grid row per block; 24: two rows of a 3-wide, d = 4 grid."""
+    """The tensor-operation path's CPU blocks. 1: one (batch, head) and one grid row per block;
+    24: two rows of a 3-wide, d = 4 grid."""
+    monkeypatch.setattr(local, 'CPU_KERNEL', None)
     monkeypatch.setattr(local, 'CPU_BLOCK_ELEMENTS', block_elements)
     hw_shape = (5, 3)
     m = lisa64(hw_shape, 1, dim=8, num_heads=2, dwc_kernel_size=3, num_steps=2)

@@ -53,7 +53,7 @@ if str(ROOT) not in sys.path:
 
 from projects.lisa.analysis.benchmark import (cuda_peak_bytes, keep_freed_memory, loglog_plot,  # noqa: E402
                                               median_seconds, saved_tensor_bytes)
-from projects.lisa.models.attention import build_attention  # noqa: E402
+from projects.lisa.models.attention import build_attention, local  # noqa: E402
 
 METHODS = ('softmax', 'linear', 'flatten', 'lisa')
 MALLOC_ENV = {'MALLOC_MMAP_THRESHOLD_': '65536', 'MALLOC_TRIM_THRESHOLD_': '0'}
@@ -249,7 +249,7 @@ def main(argv=None) -> None:
     device = torch.cuda.get_device_name() if args.device == 'cuda' else f'CPU, {args.threads} threads'
     title = (f'C={args.dim}, {args.heads} heads, batch {args.batch}; {device}; torch {torch.__version__}; '
              f'{args.clock} time, median of {args.repeats} after {args.warmup} warm-up; '
-             f'load {os.getloadavg()[0]:.2f}')
+             f'LiSA local branch: {local.implementation(args.device)}; load {os.getloadavg()[0]:.2f}')
     print(title, flush=True)
     rows = run(args)
     report = table(rows) + f'\nload average at the end: {os.getloadavg()[0]:.2f}'

@@ -48,6 +48,7 @@ if str(ROOT) not in sys.path:
 
 from projects.lisa.analysis.benchmark import (cuda_peak_bytes, keep_freed_memory, loglog_plot,  # noqa: E402
                                               median_seconds, saved_tensor_bytes)
+from projects.lisa.models.attention import local  # noqa: E402
 from projects.lisa.models.backbones.vit import LiSAViT  # noqa: E402
 
 # The attention of configs/classification/deit-tiny_{softmax,flatten,lisa}_8xb128_in1k.py.
@@ -174,7 +175,8 @@ def main(argv=None) -> None:
         keep_freed_memory()
     device_name = torch.cuda.get_device_name(device) if device.type == 'cuda' else f'CPU, {args.threads} threads'
     title = (f'DeiT-T, batch 1; {device_name}; torch {torch.__version__}; '
-             f'median of up to {args.repeats} runs after {args.warmup} warm-up (the memory run first)')
+             f'median of up to {args.repeats} runs after {args.warmup} warm-up (the memory run first); '
+             f'LiSA local branch: {local.implementation(device.type)}')
     print(title, flush=True)
     rows = []
     for size in args.img_sizes:

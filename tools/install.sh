@@ -12,7 +12,7 @@ PY="${VENV}/bin/python"
 WHEELS="${LISA_WHEEL_CACHE:-${HOME}/.cache/lisa-mm/wheels}"
 MMCV_VERSION=2.1.0
 STAMP="${VENV}/.lisa-install-stamp"
-digest="$(cat "$0" "${ROOT}/requirements.txt" "${ROOT}/setup.cfg" | sha256sum | cut -d' ' -f1)"
+digest="$(cat "$0" "${ROOT}/requirements.txt" "${ROOT}/setup.cfg" "${ROOT}/setup.py" "${ROOT}"/projects/lisa/models/attention/csrc/* | sha256sum | cut -d' ' -f1)"
 
 if [[ -x "${PY}" && -f "${STAMP}" && "$(cat "${STAMP}")" == "${digest}" ]]; then
     exit 0
@@ -56,10 +56,10 @@ fi
 # requests; mim only shells out to them for dataset downloads.
 pip_install --no-deps "openmim==0.3.9"
 
-log "projects.lisa (editable)"
+log "projects.lisa (editable, with its CPU kernel: about a minute to compile)"
 pip_install --no-deps --no-build-isolation -e "${ROOT}"
 
-"${PY}" -W ignore -c "import mmcv.ops, mmseg, mmdet, mmpretrain, mim, projects.lisa" \
+"${PY}" -W ignore -c "import mmcv.ops, mmseg, mmdet, mmpretrain, mim, projects.lisa.models.attention._neighbourhood_cpu" \
     || { log "import check failed"; exit 1; }
 echo "${digest}" > "${STAMP}"
 log "done: ${VENV}"

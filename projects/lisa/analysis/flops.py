@@ -19,8 +19,9 @@ module adds a handle for each (:data:`FLOP_HANDLES`):
 * LiSA's walk (the autograd function ``_RandomWalk``, one opaque
   ``prim::PythonOp`` in a trace): every product of Eq. 8 as the forward
   performs it (:func:`walk_flop_jit`);
-* LiSA's local branch (``_NeighbourhoodAttention``): ``Q K^T`` and ``A V``
-  restricted to each token's window (:func:`neighbourhood_flop_jit`).
+* LiSA's local branch (``_NeighbourhoodAttention``, or ``_FusedNeighbourhoodAttention``
+  with the fused CPU kernel): ``Q K^T`` and ``A V`` restricted to each token's
+  window (:func:`neighbourhood_flop_jit`).
 
 The token projections, the step MLP and the depthwise convolution of the
 kernel attentions are ordinary ``linear`` / ``conv`` ops and counted as such.
@@ -99,7 +100,7 @@ def window_pairs(hw_shape: Sequence[int], kernel_size: int) -> int:
 
 
 def neighbourhood_flop_jit(inputs: list, outputs: list) -> Counter:
-    """LiSA's local branch (``local._NeighbourhoodAttention``): ``Q K^T`` and ``A V``
+    """LiSA's local branch (either autograd function of ``local``): ``Q K^T`` and ``A V``
     over the window pairs of the grid, ``pairs (d + dv)`` per batch and head; the
     prefix tokens, which keep their own value, cost nothing.
 
@@ -117,6 +118,7 @@ FLOP_HANDLES = {
     'aten::scaled_dot_product_attention': sdpa_flop_jit,
     'prim::PythonOp._RandomWalk': walk_flop_jit,
     'prim::PythonOp._NeighbourhoodAttention': neighbourhood_flop_jit,
+    'prim::PythonOp._FusedNeighbourhoodAttention': neighbourhood_flop_jit,
 }
 
 

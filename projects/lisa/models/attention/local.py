@@ -1,14 +1,22 @@
 """LiSA's local branch: softmax attention over each token's 3x3 grid neighbourhood."""
 from __future__ import annotations
 
+import warnings
 from typing import Iterator, Sequence
 
 import torch
 from torch import Tensor
 
-# Elements of one operand processed at a time on the CPU: the nine window
-# offsets then reuse it from cache instead of streaming it from memory nine times.
+try:  # the fused CPU kernel, csrc/neighbourhood_cpu.cpp, built by `pip install -e .` (setup.py)
+    from . import _neighbourhood_cpu as CPU_KERNEL
+except ImportError:  # not built: the same math in tensor operations (slower on the CPU)
+    CPU_KERNEL = None
+
+# Elements of one operand processed at a time on the CPU by the tensor-operation
+# path: the window offsets then reuse it from cache instead of streaming it from
+# memory once per offset.
 CPU_BLOCK_ELEMENTS = 3 << 17
+FUSED, TENSOR_OPS = 'fused CPU kernel', 'tensor operations'
 
 
 def neighbourhood_attention(
@@ -26,12 +34,16 @@ def neighbourhood_attention(
     (``w``, default 1) broadcasts to ``(B, h, 1, 1)``: a fusion weight folded
     into the attention weights, which costs no pass over the tokens.
 
-    Each window offset is one pass over the overlapping parts of two grids
-    (no padded or unfolded copies); on the CPU the grid is processed in row
-    blocks that stay in cache across the offsets. Backward keeps q, k, v and
-    the ``(k*k, H, W)`` weights, and gathers each block's gradients from its
-    neighbours (no scatter, no zero fill). The branch runs in float32 at least
-    (exp of large similarities under fp16/bf16); the output has ``v``'s dtype.
+    On the CPU a fused kernel (``csrc/neighbourhood_cpu.cpp``) computes each
+    token's window in one go, forward and backward, parallel over grid rows.
+    Elsewhere (or where the kernel is not built) each window offset is one
+    tensor operation over the overlapping parts of two grids (no padded or
+    unfolded copies); on the CPU in row blocks that stay in cache across the
+    offsets. Both keep q, k, v and the ``k*k`` weights per token for backward
+    and gather each token's gradients from its neighbours (no scatter), so
+    the result does not depend on the number of threads. The branch runs in
+    float32 at least (exp of large similarities under fp16/bf16); the output
+    has ``v``'s dtype.
     """
     dtype = torch.promote_types(torch.promote_types(q.dtype, v.dtype), torch.float32)
     b, nh, n, _ = q.shape
@@ -39,10 +51,48 @@ def neighbourhood_attention(
     q, k, v = (t.to(dtype).reshape(b * nh, n, -1) for t in (q, k, v))
     out_scale = torch.ones((), dtype=dtype, device=q.device) if out_scale is None else out_scale
     out_scale = out_scale.to(dtype).expand(b, nh, 1, 1).reshape(b * nh)
+    fused = implementation(q.device.type) == FUSED
+    if q.device.type == 'cpu' and not fused:
+        warnings.warn('projects.lisa: the fused CPU kernel of the local branch is not built, using tensor '
+                      'operations (slower); build it with `pip install --no-build-isolation -e .`', stacklevel=2)
+    function = _FusedNeighbourhoodAttention if fused else _NeighbourhoodAttention
     with torch.autocast(q.device.type, enabled=False):
-        out = _NeighbourhoodAttention.apply(
-            q, k, v, out_scale, tuple(map(int, hw_shape)), num_prefix_tokens, scale, kernel_size)
+        out = function.apply(q, k, v, out_scale, tuple(map(int, hw_shape)), num_prefix_tokens, scale, kernel_size)
     return out.view(b, nh, n, -1).to(out_dtype)
+
+
+def implementation(device_type: str) -> str:
+    """What runs :func:`neighbourhood_attention` on ``device_type``: :data:`FUSED` or :data:`TENSOR_OPS`."""
+    return FUSED if device_type == 'cpu' and CPU_KERNEL is not None else TENSOR_OPS
+
+
+class _FusedNeighbourhoodAttention(torch.autograd.Function):
+    """:func:`neighbourhood_attention` by the fused CPU kernel on ``(BH, p + H*W, d)`` tokens
+    (the gradients of :class:`_NeighbourhoodAttention`); prefix tokens: ``Y_i = w v_i``."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, hw_shape: tuple[int, int],
+                num_prefix_tokens: int, scale: float, kernel_size: int) -> Tensor:
+        q, k, v, out_scale = (t.contiguous() for t in (q, k, v, out_scale))
+        p = num_prefix_tokens
+        out, attn = CPU_KERNEL.forward(q, k, v, out_scale, p, *hw_shape, scale, kernel_size)
+        torch.mul(v[:, :p], out_scale[:, None, None], out=out[:, :p])
+        ctx.save_for_backward(q, k, v, out_scale, attn)
+        ctx.args = (p, *hw_shape, scale, kernel_size)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        q, k, v, out_scale, attn = ctx.saved_tensors
+        p = ctx.args[0]
+        grad = grad.contiguous()
+        d_q, d_k, d_v, d_w_rows = CPU_KERNEL.backward(grad, q, k, v, out_scale, attn, *ctx.args)
+        d_q[:, :p] = 0
+        d_k[:, :p] = 0
+        torch.mul(grad[:, :p], out_scale[:, None, None], out=d_v[:, :p])
+        d_w = d_w_rows.sum(1) + (grad[:, :p] * v[:, :p]).sum((1, 2))
+        return d_q, d_k, d_v, d_w, None, None, None, None
 
 
 class _Window:
