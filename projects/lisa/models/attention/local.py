@@ -66,6 +66,21 @@ def implementation(device_type: str) -> str:
     return FUSED if device_type == 'cpu' and CPU_KERNEL is not None else TENSOR_OPS
 
 
+def _prefix_forward(v: Tensor, out_scale: Tensor, out: Tensor, p: int) -> None:
+    """The prefix tokens' rows of ``out`` (``(BH, p + H*W, dv)``): ``Y_i = w v_i``."""
+    torch.mul(v[:, :p], out_scale[:, None, None], out=out[:, :p])
+
+
+def _prefix_backward(grad: Tensor, v: Tensor, out_scale: Tensor, d_q: Tensor, d_k: Tensor, d_v: Tensor,
+                     p: int) -> Tensor:
+    """The prefix tokens' rows of ``d_q, d_k`` (zero) and ``d_v`` (``w G_i``); returns their
+    share of ``d_w``, ``sum_i G_i.v_i`` per batch-head."""
+    d_q[:, :p] = 0
+    d_k[:, :p] = 0
+    torch.mul(grad[:, :p], out_scale[:, None, None], out=d_v[:, :p])
+    return (grad[:, :p] * v[:, :p]).sum((1, 2))
+
+
 class _FusedNeighbourhoodAttention(torch.autograd.Function):
     """:func:`neighbourhood_attention` by the fused CPU kernel on ``(BH, p + H*W, d)`` tokens
     (the gradients of :class:`_NeighbourhoodAttention`); prefix tokens: ``Y_i = w v_i``."""
@@ -76,7 +91,7 @@ class _FusedNeighbourhoodAttention(torch.autograd.Function):
         q, k, v, out_scale = (t.contiguous() for t in (q, k, v, out_scale))
         p = num_prefix_tokens
         out, attn = CPU_KERNEL.forward(q, k, v, out_scale, p, *hw_shape, scale, kernel_size)
-        torch.mul(v[:, :p], out_scale[:, None, None], out=out[:, :p])
+        _prefix_forward(v, out_scale, out, p)
         ctx.save_for_backward(q, k, v, out_scale, attn)
         ctx.args = (p, *hw_shape, scale, kernel_size)
         return out
@@ -88,10 +103,7 @@ class _FusedNeighbourhoodAttention(torch.autograd.Function):
         p = ctx.args[0]
         grad = grad.contiguous()
         d_q, d_k, d_v, d_w_rows = CPU_KERNEL.backward(grad, q, k, v, out_scale, attn, *ctx.args)
-        d_q[:, :p] = 0
-        d_k[:, :p] = 0
-        torch.mul(grad[:, :p], out_scale[:, None, None], out=d_v[:, :p])
-        d_w = d_w_rows.sum(1) + (grad[:, :p] * v[:, :p]).sum((1, 2))
+        d_w = d_w_rows.sum(1) + _prefix_backward(grad, v, out_scale, d_q, d_k, d_v, p)
         return d_q, d_k, d_v, d_w, None, None, None, None
 
 
@@ -148,7 +160,7 @@ class _NeighbourhoodAttention(torch.autograd.Function):
         windows = [_Window(dy, dx, h, w) for dy in range(-r, r + 1) for dx in range(-r, r + 1)]
         centre = len(windows) // 2  # offset (0, 0), inside for every token
         out = v.new_empty(v.shape)
-        torch.mul(v[:, :p], out_scale[:, None, None], out=out[:, :p])
+        _prefix_forward(v, out_scale, out, p)
         qg, kg, vg, og = (_grid(t, p, hw_shape) for t in (q, k, v, out))
         attn = q.new_full((q.shape[0], len(windows), h, w), float('-inf'))
         for bs, y0, y1 in _blocks(qg):
@@ -178,11 +190,7 @@ class _NeighbourhoodAttention(torch.autograd.Function):
         centre = len(windows) // 2
         grad = grad.contiguous()
         d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        # Prefix tokens: Y_i = w v_i.
-        d_q[:, :p] = 0
-        d_k[:, :p] = 0
-        torch.mul(grad[:, :p], out_scale[:, None, None], out=d_v[:, :p])
-        d_w = (grad[:, :p] * v[:, :p]).sum((1, 2))
+        d_w = _prefix_backward(grad, v, out_scale, d_q, d_k, d_v, p)
         qg, kg, vg, gg, d_qg, d_kg, d_vg = (_grid(t, p, ctx.hw_shape) for t in (q, k, v, grad, d_q, d_k, d_v))
         # Pass 1: g_o(i) on every query row.
         g = torch.zeros_like(attn)  # p_o(i) = G_i.v_(i+o); stays zero outside the image, where a = 0

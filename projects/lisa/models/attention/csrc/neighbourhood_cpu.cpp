@@ -104,41 +104,39 @@ LISA_INLINE void combine(T* y, const T* s, const T* const* b, int64_t m, int64_t
   }
 }
 
-// The geometry of one (H, W) grid and a k x k window, and per-token neighbour rows.
+// The geometry of one (H, W) grid and a k x k window.
 struct Grid {
   int64_t h, w, r, kk;
 
-  // Rows of `base` (row length `len`) at token (y, x) + sign * offset for every offset o;
-  // `zero` (and valid[o] = false) where that token is outside the grid.
-  template <typename T>
-  LISA_INLINE void rows(const T* base, int64_t len, int64_t y, int64_t x, int64_t sign, const T* zero, const T** out,
-            bool* valid) const {
+  // idx[o]: grid index of token (y, x) + sign * (dy, dx) for offset o = (dy + r) (2r + 1) + dx + r,
+  // or -1 where that token is outside the grid.
+  LISA_INLINE void neighbours(int64_t y, int64_t x, int64_t sign, int64_t* idx) const {
     int64_t o = 0;
     for (int64_t dy = -r; dy <= r; ++dy) {
       for (int64_t dx = -r; dx <= r; ++dx, ++o) {
         const int64_t ny = y + sign * dy, nx = x + sign * dx;
-        valid[o] = ny >= 0 && ny < h && nx >= 0 && nx < w;
-        out[o] = valid[o] ? base + (ny * w + nx) * len : zero;
+        idx[o] = ny >= 0 && ny < h && nx >= 0 && nx < w ? ny * w + nx : -1;
       }
     }
   }
 };
 
-// Per-row scratch: neighbour rows, their validity and per-offset scalars.
+// Per-row scratch: one token's neighbours, rows gathered from them and per-offset scalars.
 template <typename T>
 struct Scratch {
+  int64_t kk, m;  // m: kk rounded up to whole groups of `dots`; the padding reads zero rows
+  std::vector<int64_t> idx;
+  std::vector<T> zero, s, t;
   std::vector<const T*> a, b;
-  std::vector<T> s, zero;
-  std::vector<char> valid;
-  int64_t m;  // kk rounded up to whole groups of `dots`
-  // Room for kk offsets rounded up to whole groups of `dots`; the padding reads zero rows.
-  Scratch(int64_t kk, int64_t len)
-      : a(padded(kk)), b(padded(kk)), s(padded(kk)), zero(len, T(0)), valid(padded(kk)), m(padded(kk)) {
-    std::fill(a.begin() + kk, a.end(), zero.data());
-    std::fill(b.begin() + kk, b.end(), zero.data());
+
+  Scratch(int64_t kk_, int64_t len)
+      : kk(kk_), m((kk_ + kGroup - 1) / kGroup * kGroup), idx(kk_), zero(len, T(0)), s(m), t(m),
+        a(m, zero.data()), b(m, zero.data()) {}
+
+  // rows[o] = row idx[o] of `base` (rows of `len` elements), the zero row outside the grid.
+  LISA_INLINE void gather(const T* base, int64_t len, std::vector<const T*>& rows) const {
+    for (int64_t o = 0; o < kk; ++o) rows[o] = idx[o] >= 0 ? base + idx[o] * len : zero.data();
   }
-  static int64_t padded(int64_t kk) { return (kk + kGroup - 1) / kGroup * kGroup; }
-  bool* ok() { return reinterpret_cast<bool*>(valid.data()); }
 };
 
 // Forward of grid row y of one (batch, head): attention weights and output.
@@ -149,13 +147,14 @@ LISA_CLONES void forward_row(const T* q, const T* k, const T* v, T* out, T* attn
   for (int64_t x = 0; x < g.w; ++x) {
     const int64_t i = y * g.w + x;
     T* ai = attn + i * g.kk;
-    g.rows(k, d, y, x, 1, sc.zero.data(), sc.a.data(), sc.ok());
-    g.rows(v, dv, y, x, 1, sc.zero.data(), sc.b.data(), sc.ok());
+    g.neighbours(y, x, 1, sc.idx.data());
+    sc.gather(k, d, sc.a);
+    sc.gather(v, dv, sc.b);
     dots(q + i * d, sc.a.data(), sc.m, d, sc.s.data());
     T m = -std::numeric_limits<T>::infinity();
-    for (int64_t o = 0; o < g.kk; ++o) m = sc.valid[o] ? std::max(m, scale * sc.s[o]) : m;
+    for (int64_t o = 0; o < g.kk; ++o) m = sc.idx[o] >= 0 ? std::max(m, scale * sc.s[o]) : m;
     T sum = 0;
-    for (int64_t o = 0; o < g.kk; ++o) sum += (ai[o] = sc.valid[o] ? std::exp(scale * sc.s[o] - m) : T(0));
+    for (int64_t o = 0; o < g.kk; ++o) sum += (ai[o] = sc.idx[o] >= 0 ? std::exp(scale * sc.s[o] - m) : T(0));
     for (int64_t o = 0; o < g.kk; ++o) {
       ai[o] /= sum;
       sc.s[o] = w * ai[o];
@@ -174,8 +173,9 @@ LISA_CLONES T query_grad_row(const T* grad, const T* k, const T* v, const T* att
     const int64_t i = y * g.w + x;
     const T* ai = attn + i * g.kk;
     T* goi = gw + i * g.kk;
-    g.rows(v, dv, y, x, 1, sc.zero.data(), sc.b.data(), sc.ok());
-    g.rows(k, d, y, x, 1, sc.zero.data(), sc.a.data(), sc.ok());
+    g.neighbours(y, x, 1, sc.idx.data());
+    sc.gather(k, d, sc.a);
+    sc.gather(v, dv, sc.b);
     dots(grad + i * dv, sc.b.data(), sc.m, dv, sc.s.data());  // p_o(i); zero outside the grid
     T ap = 0;
     for (int64_t o = 0; o < g.kk; ++o) ap += ai[o] * sc.s[o];
@@ -191,21 +191,18 @@ template <typename T>
 LISA_CLONES void key_grad_row(const T* grad, const T* q, const T* attn, const T* gw, T* dk, T* dv_out, T w,
                               const Grid& g, int64_t y, int64_t d, int64_t dv) {
   Scratch<T> sc(g.kk, std::max(d, dv));
-  std::vector<T> sa(g.kk);
   for (int64_t x = 0; x < g.w; ++x) {
     const int64_t j = y * g.w + x;
-    g.rows(q, d, y, x, -1, sc.zero.data(), sc.a.data(), sc.ok());
-    g.rows(grad, dv, y, x, -1, sc.zero.data(), sc.b.data(), sc.ok());
-    int64_t o = 0;
-    for (int64_t dy = -g.r; dy <= g.r; ++dy) {
-      for (int64_t dx = -g.r; dx <= g.r; ++dx, ++o) {
-        const int64_t i = j - dy * g.w - dx;  // the query reading token j through offset o
-        sc.s[o] = sc.valid[o] ? gw[i * g.kk + o] : T(0);
-        sa[o] = sc.valid[o] ? w * attn[i * g.kk + o] : T(0);
-      }
+    g.neighbours(y, x, -1, sc.idx.data());  // the queries reading token j, through offset o
+    sc.gather(q, d, sc.a);
+    sc.gather(grad, dv, sc.b);
+    for (int64_t o = 0; o < g.kk; ++o) {
+      const int64_t i = sc.idx[o];
+      sc.s[o] = i >= 0 ? gw[i * g.kk + o] : T(0);
+      sc.t[o] = i >= 0 ? w * attn[i * g.kk + o] : T(0);
     }
     combine(dk + j * d, sc.s.data(), sc.a.data(), g.kk, d);
-    combine(dv_out + j * dv, sa.data(), sc.b.data(), g.kk, dv);
+    combine(dv_out + j * dv, sc.t.data(), sc.b.data(), g.kk, dv);
   }
 }
 
