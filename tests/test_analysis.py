@@ -14,8 +14,7 @@ from torch import nn
 from torch.autograd.function import FunctionCtx
 
 from projects.lisa.analysis.benchmark import cuda_peak_bytes, loglog_plot, median_seconds, saved_tensor_bytes
-from projects.lisa.analysis.flops import (PAPER_GFLOPS, Complexity, config_complexity, flop_analyzer,
-                                         model_complexity)
+from projects.lisa.analysis.flops import PAPER_GFLOPS, Complexity, config_complexity, flop_analyzer, model_complexity
 from projects.lisa.analysis.walk_maps import attention_matrices, query_token, split_row
 from projects.lisa.models.attention import build_attention
 from projects.lisa.models.attention.base import merge_heads

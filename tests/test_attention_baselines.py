@@ -8,10 +8,14 @@ import pytest
 import torch
 from torch import nn
 
-from projects.lisa.models.attention import (FocusedLinearAttention, LinearAttention, SoftmaxAttention,
-                                            build_attention, register_attention)
+from projects.lisa.models.attention import (
+    FocusedLinearAttention,
+    LinearAttention,
+    SoftmaxAttention,
+    build_attention,
+    register_attention,
+)
 from projects.lisa.models.attention.base import focus
-
 
 pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
 

@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import projects.lisa  # noqa: F401  (registers the backbones)
-from projects.lisa.models.attention import (FocusedLinearAttention, LinearAttention, LiSAAttention,
-                                            SoftmaxAttention)
+from projects.lisa.models.attention import FocusedLinearAttention, LinearAttention, LiSAAttention, SoftmaxAttention
 from projects.lisa.models.backbones import utils
 from projects.lisa.models.backbones.pvt import LiSAPVT, convert_pvt_checkpoint
 from projects.lisa.models.backbones.utils import load_pretrained
@@ -72,8 +71,8 @@ def pretrained(path, prefix=None):
 
 
 def test_tiny_with_pvt_softmax_has_exactly_the_parameters_of_mmdet_pvt_t_from_its_config():
-    from mmengine.config import Config
     from mmdet.registry import MODELS
+    from mmengine.config import Config
     cfg = Config.fromfile(MMDET_CONFIGS / 'pvt' / 'retinanet_pvt-t_fpn_1x_coco.py')
     from mmengine.registry import DefaultScope
     with DefaultScope.overwrite_default_scope('mmdet'):  # other tests may leave another scope current
@@ -235,8 +234,8 @@ def test_builds_by_type_name_from_each_registry(scope):
 
 
 def test_mmpretrain_classifier_checkpoint_loads_back_exactly_with_the_backbone_prefix(tmp_path):
-    from mmpretrain.registry import MODELS
     import mmpretrain.models  # noqa: F401  (registers ImageClassifier)
+    from mmpretrain.registry import MODELS
     backbone = dict(type='LiSAPVT', arch=TINY, pretrain_img_size=64)
     classifier = MODELS.build(dict(type='ImageClassifier', backbone=backbone,
                                    neck=dict(type='GlobalAveragePooling'),

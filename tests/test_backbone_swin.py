@@ -11,11 +11,9 @@ import torch
 import torch.nn.functional as F
 
 import projects.lisa  # noqa: F401  (registers the backbones)
-from projects.lisa.models.attention import (FocusedLinearAttention, LinearAttention, LiSAAttention,
-                                            SoftmaxAttention)
+from projects.lisa.models.attention import FocusedLinearAttention, LinearAttention, LiSAAttention, SoftmaxAttention
 from projects.lisa.models.backbones import utils
-from projects.lisa.models.backbones.swin import (LiSASwinTransformer, ShiftedWindowAttention,
-                                                 convert_swin_checkpoint)
+from projects.lisa.models.backbones.swin import LiSASwinTransformer, ShiftedWindowAttention, convert_swin_checkpoint
 from projects.lisa.models.backbones.utils import load_pretrained
 
 mmseg_swin = pytest.importorskip('mmseg.models.backbones.swin')
@@ -286,8 +284,8 @@ def test_builds_by_type_name_from_each_registry(scope):
 
 
 def test_mmpretrain_classifier_checkpoint_loads_back_exactly_with_the_backbone_prefix(tmp_path):
-    from mmpretrain.registry import MODELS
     import mmpretrain.models  # noqa: F401  (registers ImageClassifier)
+    from mmpretrain.registry import MODELS
     backbone = dict(type='LiSASwinTransformer', out_indices=(3,), **SMALL_INPUT)
     classifier = MODELS.build(dict(type='ImageClassifier', backbone=backbone,
                                    neck=dict(type='GlobalAveragePooling'),

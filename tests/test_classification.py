@@ -24,11 +24,10 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 from torch import nn
 
-from projects.lisa.datasets import generate
-from projects.lisa.datasets.synthetic import IMAGENET_CLASSES
-from projects.lisa.models.attention import (FocusedLinearAttention, LinearAttention, LiSAAttention,
-                                            SoftmaxAttention)
+from projects.lisa.models.attention import FocusedLinearAttention, LinearAttention, LiSAAttention, SoftmaxAttention
 from projects.lisa.models.backbones.swin import ShiftedWindowAttention
+from projects.lisa.synthetic import generate
+from projects.lisa.synthetic.synthetic import IMAGENET_CLASSES
 
 ROOT = Path(__file__).resolve().parents[1]
 CLS = ROOT / 'configs' / 'classification'

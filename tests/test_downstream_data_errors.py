@@ -1,8 +1,8 @@
 """Bad data input: missing roots say where and how to prepare; corrupt files are named.
 
-The datasets are real-format files written by ``projects.lisa.datasets`` and
+The datasets are real-format files written by ``projects.lisa.synthetic`` and
 then damaged here; the errors are those a run of ``tools/train.py`` /
-``tools/test.py`` meets (their :class:`projects.lisa.data_check.Runner`).
+``tools/test.py`` meets (their :class:`projects.lisa.engine.data_check.Runner`).
 """
 import os
 import subprocess
@@ -13,8 +13,8 @@ import pytest
 from mmengine.config import Config
 from mmengine.registry import DefaultScope, init_default_scope
 
-from projects.lisa.data_check import DataError, Runner, check_data_roots
-from projects.lisa.datasets import generate
+from projects.lisa.engine.data_check import DataError, Runner, check_data_roots
+from projects.lisa.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 SEG = ROOT / 'configs/segmentation/fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'

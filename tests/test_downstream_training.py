@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import torch
 
-from projects.lisa.datasets import generate
+from projects.lisa.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 SEG_DEMO = ROOT / 'configs/segmentation/demo/fpn_lisa-pvt-t_1xb4-150iter_synthetic-ade20k-96x96.py'

@@ -1,5 +1,4 @@
 """The installed stack: registries, mim, mmcv's compiled ops, weights-only checkpoints."""
-import os
 import pickle
 import subprocess
 import sys
@@ -124,7 +123,7 @@ def test_weights_only_loading_still_refuses_other_getattr_calls(tmp_path, owner,
 def test_cpu_distributed_setup_leaves_single_process_configs_alone():
     from mmengine.config import Config
 
-    from projects.lisa.dist import setup_cpu_distributed
+    from projects.lisa.engine.dist import setup_cpu_distributed
     cfg = Config(dict(launcher='none'))
     assert setup_cpu_distributed(cfg) is False
     assert 'model_wrapper_cfg' not in cfg

@@ -17,10 +17,17 @@ from PIL import Image
 from pycocotools.coco import COCO
 from scipy.ndimage import binary_dilation, binary_erosion
 
-from projects.lisa.datasets import ADE20K_CLASSES, IMAGENET_CLASSES, generate
-from projects.lisa.datasets.synthetic import (ADE20K_FLOOR, ADE20K_FLOOR_COLOUR, ADE20K_LOOKS,
-                                              ADE20K_WALL, ADE20K_WALL_COLOUR, COCO_LOOKS,
-                                              IMAGENET_LOOKS, MARKER)
+from projects.lisa.synthetic import ADE20K_CLASSES, IMAGENET_CLASSES, generate
+from projects.lisa.synthetic.synthetic import (
+    ADE20K_FLOOR,
+    ADE20K_FLOOR_COLOUR,
+    ADE20K_LOOKS,
+    ADE20K_WALL,
+    ADE20K_WALL_COLOUR,
+    COCO_LOOKS,
+    IMAGENET_LOOKS,
+    MARKER,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 COUNTS = dict(num_train=12, num_val=6, size=64, seed=0)

@@ -47,13 +47,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.append(str(ROOT))
-
-from projects.lisa.analysis.benchmark import (cuda_peak_bytes, keep_freed_memory, loglog_plot,  # noqa: E402
-                                              median_seconds, saved_tensor_bytes)
-from projects.lisa.models.attention import build_attention, local  # noqa: E402
+from projects.lisa.analysis.benchmark import (
+    cuda_peak_bytes,
+    keep_freed_memory,
+    loglog_plot,
+    median_seconds,
+    saved_tensor_bytes,
+)
+from projects.lisa.models.attention import build_attention, local
 
 METHODS = ('softmax', 'linear', 'flatten', 'lisa')
 MALLOC_ENV = {'MALLOC_MMAP_THRESHOLD_': '65536', 'MALLOC_TRIM_THRESHOLD_': '0'}

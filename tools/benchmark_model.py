@@ -36,20 +36,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 import torch
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from projects.lisa.analysis.benchmark import (cuda_peak_bytes, keep_freed_memory, loglog_plot,  # noqa: E402
-                                              median_seconds, saved_tensor_bytes)
-from projects.lisa.models.attention import local  # noqa: E402
-from projects.lisa.models.backbones.vit import LiSAViT  # noqa: E402
+from projects.lisa.analysis.benchmark import (
+    cuda_peak_bytes,
+    keep_freed_memory,
+    loglog_plot,
+    median_seconds,
+    saved_tensor_bytes,
+)
+from projects.lisa.models.attention import local
+from projects.lisa.models.backbones.vit import LiSAViT
 
 # The attention of configs/classification/deit-tiny_{softmax,flatten,lisa}_8xb128_in1k.py.
 ATTENTIONS = {

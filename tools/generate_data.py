@@ -5,18 +5,14 @@
 
 The datasets land where the OpenMMLab base configs look: ``<out>/ade/ADEChallengeData2016``,
 ``<out>/coco`` and ``<out>/imagenet``. Rerunning with the same arguments skips a dataset; other
-arguments replace it (see ``projects/lisa/datasets/synthetic.py``). Invalid values are reported
+arguments replace it (see ``projects/lisa/synthetic/synthetic.py``). Invalid values are reported
 by the library's argument names (``num_train`` for ``--num-train``).
 """
 from __future__ import annotations
 
 import argparse
-import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-
-from projects.lisa.datasets import DATASETS, check_params, generate  # noqa: E402
+from projects.lisa.synthetic import DATASETS, check_params, generate
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:

@@ -16,18 +16,15 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+from projects.lisa.analysis.flops import PAPER_GFLOPS, Complexity, config_complexity
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from projects.lisa.analysis.flops import PAPER_GFLOPS, Complexity, config_complexity  # noqa: E402
 
 
 def paper_key(config: Path) -> str | None:

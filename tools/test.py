@@ -10,12 +10,10 @@ import os
 import os.path as osp
 import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+from mmengine.config import Config, DictAction
 
-from mmengine.config import Config, DictAction  # noqa: E402
-
-from projects.lisa.data_check import Runner, check_data_roots  # noqa: E402
-from projects.lisa.dist import setup_cpu_distributed  # noqa: E402
+from projects.lisa.engine.data_check import Runner, check_data_roots
+from projects.lisa.engine.dist import setup_cpu_distributed
 
 
 def parse_args() -> argparse.Namespace:

@@ -23,26 +23,20 @@ Example::
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
+from mmengine.config import Config
+from mmengine.registry import MODELS, init_default_scope
+from mmengine.runner import load_checkpoint
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from mmengine.config import Config  # noqa: E402
-from mmengine.registry import MODELS, init_default_scope  # noqa: E402
-from mmengine.runner import load_checkpoint  # noqa: E402
-
-import projects.lisa  # noqa: E402,F401  (registers the backbones)
-from projects.lisa.analysis.flops import backbone_input_hw  # noqa: E402
-from projects.lisa.analysis.walk_maps import attention_matrices, query_row, query_token, split_row  # noqa: E402
-from projects.lisa.datasets.synthetic import coco_scene  # noqa: E402
-from projects.lisa.models.attention import KernelAttention  # noqa: E402
+import projects.lisa  # noqa: F401  (registers the backbones)
+from projects.lisa.analysis.flops import backbone_input_hw
+from projects.lisa.analysis.walk_maps import attention_matrices, query_row, query_token, split_row
+from projects.lisa.models.attention import KernelAttention
+from projects.lisa.synthetic.synthetic import coco_scene
 
 
 def kernel_attentions(backbone: nn.Module) -> dict[str, nn.Module]:

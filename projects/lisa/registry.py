@@ -22,7 +22,12 @@ def register_all_modules() -> list[str]:
     """Register :func:`_modules` into each installed scope; return the scopes."""
     if importlib.util.find_spec('mmengine') is None:
         return []  # torch-only use of projects.lisa.models.attention
-    from .checkpoint import allow_mmengine_checkpoints
+    # Checkpoint loading is made safe here, at import, on purpose: MMEngine loads
+    # weights inside the Runner (init_cfg Pretrained, load_from, --resume), and the
+    # config's custom_imports (this import) is the only code of ours that runs first
+    # under `mim train` / `mim test`. It allow-lists MMEngine's own types for
+    # torch.load(weights_only=True); it does not turn the check off.
+    from .engine.checkpoint import allow_mmengine_checkpoints
     allow_mmengine_checkpoints()
     scopes = [s for s in SCOPES if importlib.util.find_spec(s) is not None]
     modules = _modules()

@@ -20,7 +20,7 @@ The depthwise convolution the kernel attentions add to ``P V`` is a fixed
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor

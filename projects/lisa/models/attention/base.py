@@ -8,7 +8,8 @@ torch alone so that the operator and its benchmarks run without OpenMMLab.
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Callable
 
 import torch
 import torch.nn.functional as F

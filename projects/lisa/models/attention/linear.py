@@ -1,7 +1,7 @@
 """One-hop linear attention (Katharopoulos et al. 2020) and FLatten (Han et al. 2023)."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from torch import Tensor
 

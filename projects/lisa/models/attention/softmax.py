@@ -1,7 +1,7 @@
 """Softmax attention, optionally with PVT's spatial reduction of keys and values."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

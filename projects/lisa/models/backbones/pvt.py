@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from mmcv.cnn.bricks.transformer import PatchEmbed
@@ -21,9 +21,20 @@ from mmengine.utils import to_2tuple
 from torch import Tensor, nn
 
 from ..attention import ATTENTIONS
-from .utils import (TransformerBlock, build_stage_attention, check_stage_indices, freeze, init_transformer_weights,
-                    is_pretrained, load_pretrained, nlc_to_nchw, num_stages_of, resize_grid_tokens, resolve_arch,
-                    stage_attn_cfgs)
+from .utils import (
+    TransformerBlock,
+    build_stage_attention,
+    check_stage_indices,
+    freeze,
+    init_transformer_weights,
+    is_pretrained,
+    load_pretrained,
+    nlc_to_nchw,
+    num_stages_of,
+    resize_grid_tokens,
+    resolve_arch,
+    stage_attn_cfgs,
+)
 
 
 class PVTStage(nn.Module):

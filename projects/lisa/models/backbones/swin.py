@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping, Sequence
 from itertools import product
-from typing import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -24,8 +24,18 @@ from mmengine.utils import to_2tuple
 from torch import Tensor, nn
 
 from ..attention import ATTENTIONS
-from .utils import (TransformerBlock, build_stage_attention, check_stage_indices, freeze, init_transformer_weights,
-                    is_pretrained, load_pretrained, nlc_to_nchw, resolve_arch, stage_attn_cfgs)
+from .utils import (
+    TransformerBlock,
+    build_stage_attention,
+    check_stage_indices,
+    freeze,
+    init_transformer_weights,
+    is_pretrained,
+    load_pretrained,
+    nlc_to_nchw,
+    resolve_arch,
+    stage_attn_cfgs,
+)
 
 
 class ShiftedWindowAttention(nn.Module):

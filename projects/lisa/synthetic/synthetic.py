@@ -341,7 +341,7 @@ def generate(dataset: str, out: str | Path = 'data', num_train: int = 64, num_va
     try:
         for split, count in zip(SPLITS, (num_train, num_val)):
             key = zlib.crc32(f'{dataset}/{split}'.encode())
-            write(tmp, split, count, size, lambda i: np.random.default_rng([seed, key, i]))
+            write(tmp, split, count, size, lambda i, key=key: np.random.default_rng([seed, key, i]))
         (tmp / MARKER).write_text(json.dumps(params))
         if root.exists():
             shutil.rmtree(root)
