@@ -24,8 +24,13 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 from torch import nn
 
-from projects.lisa.models.attention import FocusedLinearAttention, LinearAttention, LiSAAttention, SoftmaxAttention
-from projects.lisa.models.backbones.swin import ShiftedWindowAttention
+from projects.lisa.models.attention import (
+    FocusedLinearAttention,
+    LinearAttention,
+    LiSAAttention,
+    ShiftedWindowAttention,
+    SoftmaxAttention,
+)
 from projects.lisa.synthetic import generate
 from projects.lisa.synthetic.synthetic import IMAGENET_CLASSES
 
@@ -59,7 +64,7 @@ ROW_ATTENTIONS = {
 # The original recipes: (warm-up epochs, drop path)
 RECIPES = {'deit': (5, 0.1), 'pvt': (5, 0.1), 'swin': (20, 0.2)}
 
-# Tables 5-8: override -> (its base, the backbone's resolved attn_cfg)
+# Tables 5-8: override -> (its base, the backbone's resolved attn_cfgs)
 ABLATIONS = {
     **{f'deit-tiny_lisa-t{t}_8xb128_in1k.py': ('../deit-tiny_lisa_8xb128_in1k.py', dict(type='lisa', num_steps=t))
        for t in (1, 2, 4, 5)},
@@ -176,7 +181,7 @@ def test_table_1_rows_of_one_backbone_differ_only_in_the_attention(group):
     lisa, *others = (load(CLS / group.format(row)) for row in ('lisa', 'softmax', 'flatten'))
     for other in others:
         changed = changed_paths(lisa, other)
-        assert changed and all(p.startswith('model.backbone.attn_cfg') for p in changed), changed
+        assert changed and all(p.startswith('model.backbone.attn_cfgs') for p in changed), changed
 
 
 @pytest.mark.parametrize('name', TABLE_1)
@@ -270,9 +275,9 @@ def test_ablation_is_a_small_override_changing_only_the_attention_setting_it_nam
     base, expected = ABLATIONS[name]
     assert Config._get_base_files(str(ABL / name)) == [base]
     cfg, base_cfg = load(ABL / name), load((ABL / base).resolve())
-    assert cfg.model.backbone.attn_cfg == expected
+    assert cfg.model.backbone.attn_cfgs == expected
     changed = changed_paths(cfg, base_cfg)
-    assert changed and all(p.startswith('model.backbone.attn_cfg.') for p in changed), changed
+    assert changed and all(p.startswith('model.backbone.attn_cfgs.') for p in changed), changed
     code = [line for line in (ABL / name).read_text().splitlines() if line and not line.startswith('#')]
     assert len(code) == 3  # custom_imports, _base_, the one override
     backbone = build_classifier(ABL / name).backbone
