@@ -103,14 +103,16 @@ def test_every_invalid_coco_annotation_is_listed_with_its_id(coco_with_defects):
 
 @pytest.fixture
 def coco_with_defects(tmp_path) -> tuple[Path, dict[int, str]]:
-    """A COCO training json with annotations 1, 2, 3 damaged; returns it and each damaged id's problem."""
+    """A COCO training json with its first, second and last annotation damaged; returns it and each damaged id's
+    problem. The first one crashes mmdet's parsing, yet the others are found."""
     generate('coco', tmp_path, num_train=4, num_val=1, size=32, seed=0)
     ann_file = tmp_path / 'coco' / 'annotations' / 'instances_train2017.json'
-    edits = {1: COCO_DEFECTS['no segmentation'][0], 2: COCO_DEFECTS['unknown category'][0],
-             3: lambda ann: ann.__setitem__('bbox', [1.0, 2.0, 3.0])}
+    last = len(json.loads(ann_file.read_text())['annotations'])
+    edits = {1: lambda ann: ann.__setitem__('bbox', [1.0, 2.0, 3.0]), 2: COCO_DEFECTS['no segmentation'][0],
+             last: COCO_DEFECTS['unknown category'][0]}
     edit_annotations(ann_file, lambda ann: edits.get(ann['id'], lambda _: None)(ann))
-    return ann_file, {1: 'has no segmentation', 2: 'category_id 999 is not a category of the file',
-                      3: 'bbox [1.0, 2.0, 3.0] is not [x, y, width, height]'}
+    return ann_file, {1: 'bbox [1.0, 2.0, 3.0] is not [x, y, width, height]', 2: 'has no segmentation',
+                      last: 'category_id 999 is not a category of the file'}
 
 
 def test_a_few_degenerate_coco_boxes_are_notes_not_errors(tmp_path):

@@ -355,7 +355,10 @@ def _checking_annotations(dataset, problems: list[Problem]) -> Iterator[None]:
     def parse_checked(raw_data_info: dict):
         nonlocal check
         check = check or CocoAnnotationCheck.of(dataset)
-        problems.extend(check(raw_data_info))
+        found = check(raw_data_info)
+        problems.extend(found)
+        if any(p.error for p in found):  # mmdet may crash on them: parse none, check the remaining images
+            raw_data_info = {**raw_data_info, 'raw_ann_info': []}
         return parse(raw_data_info)
 
     dataset.parse_data_info = parse_checked
