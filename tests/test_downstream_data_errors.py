@@ -4,14 +4,17 @@ The datasets are real-format files written by ``projects.lisa.synthetic`` and
 then damaged here; the errors are those a run of ``tools/train.py`` /
 ``tools/test.py`` meets (their :class:`projects.lisa.engine.data_check.Runner`).
 """
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mmengine.config import Config
 from mmengine.registry import DefaultScope, init_default_scope
+from PIL import Image
 
 from projects.lisa.engine.data_check import DataError, Runner, check_data_roots
 from projects.lisa.synthetic import generate
@@ -115,3 +118,96 @@ def test_corrupt_coco_annotation_file_error_names_the_file(tmp_path):
         first_batch(with_data_root(DET_DEMO, tmp_path / 'coco'))
     assert str(ann) in str(error.value)
     assert 'JSONDecodeError' in str(error.value)
+
+
+# Invalid content (issue 13, item 5): each error names the file, the bad value and what is valid, where the
+# libraries crash far from the cause (`Target 199 is out of bounds`, `stack expects each tensor to be equal size`,
+# `KeyError: 'mask'`, `need at least one array to concatenate`) or pass silently (`aAcc: nan`, zero box loss).
+
+def damage_label(path: Path, damage: str) -> None:
+    """Write an ADE20K label map back with one defect."""
+    label = Image.open(path)
+    if damage == 'value 200':
+        array = np.array(label)
+        array[:4, :4] = 200
+        Image.fromarray(array).save(path)
+    elif damage == 'rgb':
+        label.convert('RGB').save(path)
+    elif damage == 'size':
+        label.resize((label.width + 8, label.height), Image.NEAREST).save(path)
+
+
+ADE20K_DEFECTS = {  # damage: what the message must say
+    'value 200': ['holds label value 200 (16 px)', 'valid: 0..150, 255 (the 150 classes are stored as 1..150'],
+    'rgb': ["has 3 channels (PNG mode 'RGB'", "valid: a single-channel label map of class ids (PNG mode 'L' or 'P')"],
+    'size': ['is 32x', 'but its image', 'valid: a label map of the same size as its image'],
+}
+
+
+@pytest.mark.parametrize('loader,folder', [('train_dataloader', 'training'), ('val_dataloader', 'validation')])
+@pytest.mark.parametrize('damage', list(ADE20K_DEFECTS))
+def test_invalid_label_map_is_named_with_its_value_and_what_is_valid(ade20k, loader, folder, damage):
+    bad = sorted((ade20k / 'annotations' / folder).glob('*.png'))[0]
+    damage_label(bad, damage)
+    with pytest.raises(DataError) as error:
+        first_batch(with_data_root(SEG_DEMO, ade20k), loader)
+    message = str(error.value)
+    assert str(bad) in message and 'sample 0 is invalid' in message
+    for text in ADE20K_DEFECTS[damage]:
+        assert text in message
+
+
+@pytest.mark.slow
+def test_training_on_a_label_value_outside_the_classes_stops_naming_the_file_not_target_199(ade20k, tmp_path):
+    # The libraries' own failure: mmseg stores 200 - 1 = 199, and the loss raises `Target 199 is out of bounds`.
+    bad = sorted((ade20k / 'annotations' / 'training').glob('*.png'))[2]
+    Image.fromarray(np.full_like(np.asarray(Image.open(bad)), 200)).save(bad)  # no crop can miss it
+    cfg = with_data_root(SEG_DEMO, ade20k)
+    cfg.work_dir = str(tmp_path / 'work')
+    cfg.train_dataloader.batch_size = 3
+    cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=1, val_interval=10)
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=10)
+    with pytest.raises(DataError, match=r'holds label value 200 .*valid: 0\.\.150, 255') as error:
+        Runner.from_cfg(cfg).train()
+    assert str(bad) in str(error.value)
+
+
+@pytest.fixture
+def coco(tmp_path) -> Path:
+    generate('coco', tmp_path, num_train=3, num_val=1, size=32, seed=0)
+    return tmp_path / 'coco'
+
+
+def edit_annotations(ann_file: Path, edit) -> dict:
+    """Apply ``edit`` to every annotation of a COCO json; returns the first annotation after the edit."""
+    content = json.loads(ann_file.read_text())
+    for ann in content['annotations']:
+        edit(ann)
+    ann_file.write_text(json.dumps(content))
+    return content['annotations'][0]
+
+
+COCO_DEFECTS = {  # name: (edit of every annotation, what the message must say)
+    'zero width': (lambda ann: ann['bbox'].__setitem__(2, 0.0),
+                   ['has width 0.0', 'valid: width and height of at least 1 px',
+                    'filter_empty_gt keeps the image, so it would train as background']),
+    'no segmentation': (lambda ann: ann.pop('segmentation'),
+                        ['has no segmentation', 'valid: polygons [[x1, y1, x2, y2, x3, y3, ...], ...] or an RLE']),
+    'unknown category': (lambda ann: ann.__setitem__('category_id', 999),
+                         ['category_id 999 is not a category of the file',
+                          'valid: one of its 80 category ids: 1..11, 13..25, 27..28, 31..44, 46..65, 67, 70, '
+                          '72..82, 84..90']),
+}
+
+
+@pytest.mark.parametrize('defect', list(COCO_DEFECTS))
+def test_invalid_coco_annotation_is_named_with_its_id_value_and_what_is_valid(coco, defect):
+    ann_file = coco / 'annotations' / 'instances_train2017.json'
+    edit, texts = COCO_DEFECTS[defect]
+    first = edit_annotations(ann_file, edit)
+    with pytest.raises(DataError) as error:
+        first_batch(with_data_root(DET_DEMO, coco))
+    message = str(error.value)
+    assert f'{ann_file} (annotation id {first["id"]}, image ' in message
+    for text in texts:
+        assert text in message

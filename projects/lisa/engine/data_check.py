@@ -12,18 +12,23 @@ therefore
    missing together with how to prepare that dataset;
 2. build the :class:`Runner` of this module, whose datasets add the dataset's
    annotation file (while loading it) or the sample's files (while loading a
-   sample) to any error.
+   sample) to any error, and which stops on invalid data
+   (:mod:`.data_validation`): COCO annotations are checked while their file
+   loads, each sample's label map the first time the sample is read.
 
 Images that cannot be decoded are already named by mmcv's ``LoadImageFromFile``.
 """
 from __future__ import annotations
 
+import logging
 import os.path as osp
 from collections.abc import Iterator, Mapping
 
 from mmengine.config import Config
-from mmengine.registry import DATASETS
+from mmengine.logging import print_log
 from mmengine.runner import Runner as MMEngineRunner
+
+from .data_validation import LISTED, DataError, LabelMapCheck, leaves, load_dataset, report, sample_check
 
 PREPARATION: dict[str, str] = {
     'ADE20KDataset': (
@@ -45,10 +50,6 @@ PREPARATION: dict[str, str] = {
 
 PREPARATION_ELSEWHERE = ("see the dataset preparation guide of the library that defines it "
                          "(mmseg / mmdet / mmpretrain docs: 'Prepare datasets')")
-
-
-class DataError(RuntimeError):
-    """A dataset or one of its samples could not be loaded; the message names the files."""
 
 
 def _datasets(cfg: Mapping) -> Iterator[Mapping]:
@@ -106,15 +107,19 @@ def check_data_roots(cfg: Config, loaders: tuple[str, ...]) -> None:
 class SampleFilesInErrors:
     """A built dataset whose ``__getitem__`` errors name the sample's files.
 
+    With a ``check``, a sample's files are checked the first time this
+    process reads it; a problem raises :class:`DataError`.
     Like MMEngine's own ``_SlicedDataset``, every other attribute is the
     wrapped dataset's, so samplers, loops and metrics see the dataset itself.
     """
 
-    def __init__(self, dataset) -> None:
+    def __init__(self, dataset, check: LabelMapCheck | None = None) -> None:
         self._dataset = dataset
+        self._check = check
+        self._checked: set[int] = set()
 
     def __getattr__(self, name: str):
-        if name == '_dataset':  # not yet set (unpickling)
+        if name in ('_dataset', '_check', '_checked'):  # not yet set (unpickling)
             raise AttributeError(name)
         return getattr(self._dataset, name)
 
@@ -125,6 +130,12 @@ class SampleFilesInErrors:
         return self  # MMEngine deep-copies dataloader configs; the built dataset is shared, not copied
 
     def __getitem__(self, idx: int):
+        if self._check is not None and idx not in self._checked:
+            problems = self._check(self._dataset.get_data_info(idx))
+            if problems:
+                raise DataError(f'{type(self._dataset).__name__} sample {idx} is invalid:\n{report(problems)}\n'
+                                '(`python tools/check_data.py CONFIG` lists every invalid sample of a config)')
+            self._checked.add(idx)
         try:
             return self._dataset[idx]
         except Exception as error:
@@ -134,21 +145,33 @@ class SampleFilesInErrors:
                             f'{type(error).__name__}: {error}') from error
 
 
+def _one_sample_check(dataset) -> LabelMapCheck | None:
+    """The sample check shared by every dataset inside ``dataset``; None where there is none."""
+    checks = {sample_check(leaf) for leaf in leaves(dataset)}
+    if len(checks) > 1:
+        print_log(f'{type(dataset).__name__} mixes datasets with different label rules ({checks}); their samples '
+                  'are not checked when read: run tools/check_data.py on the config first', level=logging.WARNING)
+        return None
+    return checks.pop()
+
+
 class Runner(MMEngineRunner):
-    """MMEngine's ``Runner`` whose datasets name the files behind a loading error."""
+    """MMEngine's ``Runner`` whose datasets name the files behind a loading error and stop on invalid data."""
 
     @staticmethod
     def build_dataloader(dataloader, seed: int | None = None, diff_rank_seed: bool = False):
         if isinstance(dataloader, Mapping) and isinstance(dataloader.get('dataset'), Mapping):
             dataset_cfg = dataloader['dataset']
             try:
-                dataset = DATASETS.build(dataset_cfg)
-                if hasattr(dataset, 'full_init'):
-                    dataset.full_init()
+                dataset, problems = load_dataset(dataset_cfg)
             except (OSError, ValueError) as error:  # missing or unreadable files, malformed annotations
                 where = [dict(data_root=d.get('data_root'), ann_file=_join(d.get('data_root'), d['ann_file']))
                          if d.get('ann_file') else dict(data_root=d.get('data_root')) for d in _datasets(dataset_cfg)]
                 raise DataError(f'{dataset_cfg.get("type")} {where} failed to load: '
                                 f'{type(error).__name__}: {error}') from error
-            dataloader = {**dataloader, 'dataset': SampleFilesInErrors(dataset)}
+            if any(p.error for p in problems):
+                raise DataError(f'{dataset_cfg.get("type")} is invalid:\n{report(problems, limit=LISTED)}')
+            if problems:
+                print_log(f'{dataset_cfg.get("type")}: {report(problems, limit=LISTED)}', level=logging.WARNING)
+            dataloader = {**dataloader, 'dataset': SampleFilesInErrors(dataset, _one_sample_check(dataset))}
         return MMEngineRunner.build_dataloader(dataloader, seed=seed, diff_rank_seed=diff_rank_seed)

@@ -1,0 +1,451 @@
+"""What a valid sample is, and the checks that name each bad one with its file, value and what is valid.
+
+The libraries accept bad data without a word or fail far from its cause:
+an ADE20K label value 200 becomes mmseg's target 199 and crashes the loss
+(``Target 199 is out of bounds``) in training and gives ``aAcc: nan`` in
+validation; an RGB label map or one of another size than its image fails in
+``collate``; mmdet's ``CocoDataset`` silently drops COCO annotations with a
+box under 1 px, zero area or a category id the file does not define (an
+image left without its objects trains as background; a file with no usable
+annotation fails with ``need at least one array to concatenate``) and a
+missing ``segmentation`` surfaces as ``KeyError: 'mask'``.
+
+Two kinds of checks, stated by the rules each loader applies:
+
+- :class:`CocoAnnotationCheck`: each raw annotation of a COCO file, while
+  the dataset parses the file (:func:`load_dataset`), i.e. at load time;
+- :class:`LabelMapCheck`: each label map of an mmseg dataset, a sample's
+  files read on their own (:func:`check_samples` runs it over a whole split
+  in parallel; ``engine.data_check.Runner`` the first time a sample is read).
+
+A :class:`Problem` that the library would crash on or learn wrongly from is
+an error; one the library drops by design (e.g. the two zero-height boxes of
+the official ``instances_train2017.json``) is a note, listed but not fatal.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from functools import partial
+from multiprocessing import Pool
+from numbers import Real
+
+import numpy as np
+from mmengine.registry import DATASETS, DefaultScope
+from PIL import Image
+
+EXIF_ORIENTATION = 0x0112
+TRANSPOSED_ORIENTATIONS = (5, 6, 7, 8)
+"""EXIF orientations that swap width and height; OpenCV (mmcv's default image decoder) applies them."""
+LISTED = 20
+"""Problems quoted in an error message; ``tools/check_data.py`` lists all."""
+
+
+class DataError(RuntimeError):
+    """A dataset or one of its samples could not be loaded or is invalid; the message names the files."""
+
+
+class DataProblems(DataError):
+    """Invalid annotations found while a dataset loaded; ``problems`` holds them all."""
+
+    def __init__(self, problems: list[Problem], context: str = '') -> None:
+        self.problems = problems
+        super().__init__(f'{context}{report(problems, limit=LISTED)}')
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One bad file or annotation: ``problem`` holds the bad value, ``valid`` what would be valid.
+
+    ``error`` is False for items a library drops by design (listed as notes).
+    """
+
+    file: str
+    problem: str
+    valid: str
+    where: str = ''
+    error: bool = True
+
+    def __str__(self) -> str:
+        where = f' ({self.where})' if self.where else ''
+        return f'{self.file}{where}: {self.problem}; valid: {self.valid}'
+
+
+def report(problems: Sequence[Problem], limit: int | None = None) -> str:
+    """The problems as text, errors first; at most ``limit`` of each kind quoted."""
+    lines = []
+    for error, title, comment in ((True, 'error', ''), (False, 'note', ' (items the library drops; not fatal)')):
+        group = [p for p in problems if p.error == error]
+        if not group:
+            continue
+        lines.append(f'{len(group)} {title}{"s" if len(group) > 1 else ""}{comment}:')
+        lines += [f'  {p}' for p in group[:limit]]
+        if limit is not None and len(group) > limit:
+            lines.append(f'  ... and {len(group) - limit} more: `python tools/check_data.py CONFIG` lists all')
+    return '\n'.join(lines)
+
+
+def ranges(values: Iterable[int]) -> str:
+    """Sorted integers as compact ranges: ``1..11, 13..25, 27``."""
+    values = sorted(set(values))
+    spans: list[list[int]] = []
+    for value in values:
+        if spans and value == spans[-1][1] + 1:
+            spans[-1][1] = value
+        else:
+            spans.append([value, value])
+    return ', '.join(str(a) if a == b else f'{a}..{b}' for a, b in spans)
+
+
+def image_size(path: str) -> tuple[int, int]:
+    """``(height, width)`` of an image as OpenCV decodes it (EXIF orientation applied), from its header."""
+    with Image.open(path) as image:
+        width, height = image.size
+        if image.getexif().get(EXIF_ORIENTATION, 1) in TRANSPOSED_ORIENTATIONS:
+            width, height = height, width
+    return height, width
+
+
+@dataclass(frozen=True)
+class LabelMapCheck:
+    """The label maps mmseg's ``LoadAnnotations`` reads correctly, for a dataset of ``num_classes`` classes.
+
+    A label map is a single-channel image (PNG mode ``L`` or ``P``) of its
+    image's size. mmseg casts it to uint8, then with ``reduce_zero_label``
+    maps the stored value ``v`` to ``255`` for ``v in {0, 255}`` and to
+    ``v - 1`` otherwise. A mapped value must be a class (``< num_classes``)
+    or ``ignore_index``, else the loss fails in training and the metric is
+    ``nan`` in validation.
+    """
+
+    num_classes: int
+    reduce_zero_label: bool
+    ignore_index: int = 255
+
+    @classmethod
+    def of(cls, dataset) -> LabelMapCheck:
+        # With custom classes, mmseg maps the stored ids of the original classes through label_map.
+        classes = (dataset.label_map and type(dataset).METAINFO.get('classes')) or dataset.metainfo['classes']
+        return cls(len(classes), bool(dataset.reduce_zero_label), int(dataset.ignore_index))
+
+    def is_valid(self, values: np.ndarray) -> np.ndarray:
+        """Whether each stored label value is a class or ignored (element-wise)."""
+        values = values.astype(np.int64)
+        mapped = values
+        if self.reduce_zero_label:
+            mapped = np.where((values == 0) | (values == 255), 255, values - 1)
+        return (values >= 0) & (values <= 255) & ((mapped < self.num_classes) | (mapped == self.ignore_index))
+
+    @property
+    def valid_values(self) -> str:
+        """The valid stored values, with their meaning."""
+        values = np.arange(256)
+        stored = ranges(values[self.is_valid(values)].tolist())
+        if self.reduce_zero_label:
+            return (f'{stored} (the {self.num_classes} classes are stored as 1..{self.num_classes} under '
+                    f'reduce_zero_label; 0 and 255 are ignored)')
+        return (f'{stored} (the {self.num_classes} classes are 0..{self.num_classes - 1}; '
+                f'{self.ignore_index} is ignored)')
+
+    def __call__(self, info: Mapping) -> list[Problem]:
+        """The problems of one sample, ``info`` holding its ``img_path`` and ``seg_map_path``."""
+        path = info['seg_map_path']
+        try:
+            with Image.open(path) as label:
+                mode, array = label.mode, np.asarray(label)
+        except (OSError, ValueError) as error:
+            return [Problem(path, f'cannot be read as an image ({type(error).__name__}: {error})',
+                            'a PNG label map')]
+        if array.ndim == 3 and array.shape[2] == 1:
+            array = array[..., 0]
+        if array.ndim != 2:
+            return [Problem(path, f'has {array.shape[2]} channels (PNG mode {mode!r}, shape {array.shape}), '
+                                  'not one class id per pixel',
+                            "a single-channel label map of class ids (PNG mode 'L' or 'P')")]
+        problems = []
+        if array.dtype in (np.uint8, np.uint16):  # a histogram is faster than sorting
+            counts = np.bincount(array.ravel())
+            values = np.flatnonzero(counts)
+            counts = counts[values]
+        else:
+            values, counts = np.unique(array, return_counts=True)
+        bad = ~self.is_valid(values)
+        if bad.any():
+            listed = ', '.join(f'{v} ({c} px)' for v, c in zip(values[bad][:10].tolist(), counts[bad][:10].tolist()))
+            more = f' and {bad.sum() - 10} more' if bad.sum() > 10 else ''
+            problems.append(Problem(path, f'holds label value{"s" if bad.sum() > 1 else ""} {listed}{more}, '
+                                          f'not a class of the {self.num_classes}', self.valid_values))
+        try:
+            size = image_size(info['img_path'])
+        except (OSError, ValueError) as error:
+            problems.append(Problem(info['img_path'], f'cannot be read as an image ({type(error).__name__}: {error})',
+                                    'a JPEG or PNG image'))
+        else:
+            if array.shape != size:
+                problems.append(Problem(path, f'is {array.shape[0]}x{array.shape[1]} (HxW) but its image '
+                                              f'{info["img_path"]} is {size[0]}x{size[1]}',
+                                        'a label map of the same size as its image'))
+        return problems
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool) and np.isfinite(value)
+
+
+class CocoAnnotationCheck:
+    """The annotations mmdet's ``CocoDataset`` uses, as problems instead of silent drops or crashes.
+
+    Errors: a ``category_id`` the file does not define, a ``bbox`` that is not
+    four finite numbers, a missing ``area``, and (where the pipeline loads
+    masks) a missing or empty ``segmentation`` or an RLE of another size than
+    the image; an image that ``filter_empty_gt`` keeps for its annotations
+    while every one of them is dropped (it would train as background); a file
+    with no annotation of the dataset's classes at all. Notes (mmdet drops
+    them): a box under 1 px, zero area, a box outside the image, polygons
+    with fewer than 3 points.
+    """
+
+    def __init__(self, ann_file: str, categories: Mapping[int, str], class_ids: Iterable[int],
+                 with_mask: bool, filters_empty: bool) -> None:
+        self.ann_file = ann_file
+        self.categories = dict(categories)
+        self.class_ids = set(class_ids)
+        self.with_mask = with_mask
+        self.filters_empty = filters_empty
+        self.annotations = self.used = 0
+
+    @classmethod
+    def of(cls, dataset) -> CocoAnnotationCheck:
+        """The check for a ``CocoDataset`` while it loads (its ``coco`` and ``cat_ids`` are set)."""
+        with_mask = any(getattr(t, 'with_mask', False) for t in getattr(dataset.pipeline, 'transforms', []))
+        filters_empty = not dataset.test_mode and bool((dataset.filter_cfg or {}).get('filter_empty_gt'))
+        categories = {c['id']: c.get('name', '?') for c in dataset.coco.dataset.get('categories', [])}
+        return cls(dataset.ann_file, categories, dataset.cat_ids, with_mask, filters_empty)
+
+    def __call__(self, raw_data_info: Mapping) -> list[Problem]:
+        """The problems of one image's annotations (mmdet's ``raw_img_info`` and ``raw_ann_info``)."""
+        image, annotations = raw_data_info['raw_img_info'], raw_data_info['raw_ann_info']
+        problems: list[Problem] = []
+        used = 0
+        for ann in annotations:
+            if ann.get('ignore', False):
+                continue
+            self.annotations += 1
+            found = self._annotation(ann, image)
+            problems += found
+            if not found and ann['category_id'] in self.class_ids:
+                used += 1
+                if self.with_mask:
+                    problems += self._segmentation(ann, image)
+        self.used += used
+        in_classes = [a for a in annotations if a.get('category_id') in self.class_ids]
+        if self.filters_empty and in_classes and not used:
+            problems.append(Problem(
+                self.ann_file, f'none of its {len(in_classes)} annotations of the classes is usable (each '
+                'listed), but filter_empty_gt keeps the image, so it would train as background with zero box and '
+                'mask loss', 'at least one annotation with a valid box', self._image(image)))
+        return problems
+
+    def summary(self) -> list[Problem]:
+        """File-level problems, once every image was checked."""
+        if self.annotations and not self.used:
+            return [Problem(self.ann_file, f'none of its {self.annotations} annotations is usable (a valid box '
+                                           f'and a category of the dataset\'s classes)',
+                            f'annotations with a valid box and one of the category ids '
+                            f'{ranges(self.class_ids) or "(none)"} (the file\'s categories named as the '
+                            f'dataset\'s classes)')]
+        return []
+
+    @staticmethod
+    def _image(image: Mapping) -> str:
+        return f'image {image.get("file_name")!r}, id {image.get("id")}'
+
+    def _problem(self, ann: Mapping, image: Mapping, text: str, valid: str, error: bool = True) -> list[Problem]:
+        return [Problem(self.ann_file, text, valid, f'annotation id {ann.get("id")}, {self._image(image)}', error)]
+
+    def _annotation(self, ann: Mapping, image: Mapping) -> list[Problem]:
+        """The problems of one annotation's category and box; empty if mmdet keeps it."""
+        problem = partial(self._problem, ann, image)
+        category = ann.get('category_id')
+        if category not in self.categories:
+            return problem(f'category_id {category!r} is not a category of the file',
+                           f'one of its {len(self.categories)} category ids: {ranges(self.categories)}')
+        box = ann.get('bbox')
+        if not (isinstance(box, Sequence) and len(box) == 4 and all(map(_is_number, box))):
+            return problem(f'bbox {box!r} is not [x, y, width, height]', 'four finite numbers in pixels')
+        if not _is_number(ann.get('area')):
+            return problem(f'area {ann.get("area")!r} is not a number', 'the object\'s area in pixels')
+        x, y, w, h = box
+        if w < 1 or h < 1:
+            return problem(f'bbox {list(box)} has width {w} and height {h}',
+                           'width and height of at least 1 px (mmdet drops smaller boxes)', error=False)
+        if ann['area'] <= 0:
+            return problem(f'area {ann["area"]}', 'a positive area (mmdet drops the annotation)', error=False)
+        width, height = image['width'], image['height']
+        if min(x + w, width) <= max(x, 0) or min(y + h, height) <= max(y, 0):
+            return problem(f'bbox {list(box)} lies outside the {width}x{height} (WxH) image',
+                           'a box overlapping the image (mmdet drops the annotation)', error=False)
+        return []
+
+    def _segmentation(self, ann: Mapping, image: Mapping) -> list[Problem]:
+        """The problems of the ``segmentation`` of an annotation that mmdet uses."""
+        problem = partial(self._problem, ann, image)
+        valid = ("polygons [[x1, y1, x2, y2, x3, y3, ...], ...] or an RLE {'size': [height, width], 'counts': ...} "
+                 '(the pipeline loads masks: LoadAnnotations(with_mask=True))')
+        segmentation = ann.get('segmentation')
+        if not segmentation:
+            return problem('has no segmentation' if segmentation is None else
+                           f'segmentation {segmentation!r} is empty', valid)
+        if isinstance(segmentation, Mapping):
+            size = [image['height'], image['width']]
+            if list(segmentation.get('size', ())) != size or not isinstance(segmentation.get('counts'), (list, str)):
+                return problem(f"RLE segmentation of size {segmentation.get('size')!r} with counts of type "
+                               f"{type(segmentation.get('counts')).__name__}",
+                               f'an RLE of the image\'s size {size} (height, width) with list or str counts')
+            return []
+        if not isinstance(segmentation, list):
+            return problem(f'segmentation of type {type(segmentation).__name__}', valid)
+        bad = [len(p) if isinstance(p, list) else type(p).__name__ for p in segmentation
+               if not (isinstance(p, list) and len(p) >= 6 and len(p) % 2 == 0 and all(map(_is_number, p)))]
+        if bad:
+            return problem(f'{len(bad)} of its {len(segmentation)} polygons are not polygons of 3 or more points '
+                           f'(lengths {bad})', 'polygons [x1, y1, x2, y2, x3, y3, ...] of finite numbers (mmdet '
+                           'drops the others, and ignores the object if none is left)', error=False)
+        return []
+
+
+def leaves(dataset) -> Iterator:
+    """The datasets inside dataset wrappers (``datasets`` / ``dataset`` attributes), or ``dataset`` itself."""
+    inner = getattr(dataset, 'datasets', None) or ([dataset.dataset] if hasattr(dataset, 'dataset') else [])
+    if inner:
+        for sub in inner:
+            yield from leaves(sub)
+    else:
+        yield dataset
+
+
+def _instance(dataset, module: str, name: str) -> bool:
+    """``isinstance(dataset, module.name)`` without importing a library that is not in use."""
+    cls = getattr(sys.modules.get(module), name, None)
+    return cls is not None and isinstance(dataset, cls)
+
+
+def sample_check(dataset) -> LabelMapCheck | None:
+    """The check of one sample's files for a (leaf) dataset, or None where there is none."""
+    if _instance(dataset, 'mmseg.datasets.basesegdataset', 'BaseSegDataset'):
+        return LabelMapCheck.of(dataset)
+    return None
+
+
+@contextmanager
+def _checking_annotations(dataset, problems: list[Problem]) -> Iterator[None]:
+    """While in the block, each image ``dataset`` parses has its raw COCO annotations checked into ``problems``."""
+    coco = sys.modules.get('mmdet.datasets.coco')
+    if coco is None or not isinstance(dataset, coco.CocoDataset) or \
+            type(dataset).parse_data_info is not coco.CocoDataset.parse_data_info:
+        yield
+        return
+    parse, check = dataset.parse_data_info, None
+
+    def parse_checked(raw_data_info: dict):
+        nonlocal check
+        check = check or CocoAnnotationCheck.of(dataset)
+        found = check(raw_data_info)
+        problems.extend(found)
+        if any(p.error for p in found):  # mmdet may crash on them: parse none, check the remaining images
+            raw_data_info = {**raw_data_info, 'raw_ann_info': []}
+        return parse(raw_data_info)
+
+    dataset.parse_data_info = parse_checked
+    try:
+        yield
+    finally:
+        del dataset.parse_data_info  # an instance attribute: the class's method again, and picklable
+        if check is not None:
+            problems.extend(check.summary())
+
+
+def _lazy(cfg: Mapping) -> dict:
+    """A copy of a dataset config that builds without loading, wrappers included."""
+    cfg = dict(copy.deepcopy(cfg))
+    cls = cfg.get('type')
+    if isinstance(cls, str):
+        with DATASETS.switch_scope_and_registry(None) as registry:  # the default scope's registry, as build does
+            cls = registry.get(cls)
+    # A subclass may pass it on through **kwargs (mmdet's BaseDetDataset): ask each class of the MRO.
+    if cls is not None and any('lazy_init' in inspect.signature(c.__init__).parameters
+                               for c in inspect.getmro(cls) if '__init__' in vars(c)):
+        cfg['lazy_init'] = True
+    if isinstance(cfg.get('dataset'), Mapping):
+        cfg['dataset'] = _lazy(cfg['dataset'])
+    if isinstance(cfg.get('datasets'), list):
+        cfg['datasets'] = [_lazy(sub) for sub in cfg['datasets']]
+    return cfg
+
+
+def load_dataset(cfg: Mapping):
+    """Build and load the dataset of ``cfg``, checking COCO annotations as they are parsed.
+
+    Returns the dataset and its load-time problems. Raises
+    :class:`DataProblems` if loading failed where problems had been found
+    (they are the cause, e.g. no usable annotation left).
+    """
+    dataset = DATASETS.build(_lazy(cfg))
+    problems: list[Problem] = []
+    try:
+        with ExitStack() as stack:
+            for leaf in leaves(dataset):
+                stack.enter_context(_checking_annotations(leaf, problems))
+            if hasattr(dataset, 'full_init'):
+                dataset.full_init()
+    except Exception as error:
+        if any(p.error for p in problems):
+            raise DataProblems(problems, f'{cfg.get("type")} failed to load ({type(error).__name__}: {error}):\n'
+                               ) from error
+        raise
+    return dataset, problems
+
+
+def _check_infos(check: Callable[[Mapping], list[Problem]], infos: list[Mapping]) -> list[Problem]:
+    return [p for info in infos for p in check(info)]
+
+
+def check_samples(dataset, workers: int = 0, chunk: int = 64) -> list[Problem]:
+    """The problems of every sample's files, checked in ``workers`` processes (0: one per CPU, 1: here)."""
+    problems = []
+    for leaf in leaves(dataset):
+        check = sample_check(leaf)
+        if check is None:
+            continue
+        infos = [leaf.get_data_info(i) for i in range(len(leaf))]
+        chunks = [infos[i:i + chunk] for i in range(0, len(infos), chunk)]
+        workers = workers or os.cpu_count() or 1
+        if workers == 1 or len(chunks) == 1:
+            found = map(partial(_check_infos, check), chunks)
+            problems += [p for part in found for p in part]
+        else:
+            with Pool(min(workers, len(chunks))) as pool:
+                problems += [p for part in pool.imap(partial(_check_infos, check), chunks) for p in part]
+    return problems
+
+
+def check_config_data(cfg: Mapping, loaders: Sequence[str], workers: int = 0) -> dict[str, list[Problem]]:
+    """Load the dataset of each named dataloader (e.g. ``'train_dataloader'``) and check every sample.
+
+    Returns the problems per dataloader.
+    """
+    found = {}
+    for loader in loaders:
+        with DefaultScope.overwrite_default_scope(cfg.get('default_scope')):
+            try:
+                dataset, problems = load_dataset(cfg[loader]['dataset'])
+            except DataProblems as error:
+                found[loader] = error.problems
+                continue
+        found[loader] = problems + check_samples(dataset, workers)
+    return found

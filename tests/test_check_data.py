@@ -1,0 +1,160 @@
+"""tools/check_data.py and its rules (projects.lisa.engine.data_validation): every invalid sample of a split is
+listed with its file, the bad value and what is valid; intact data passes.
+
+The datasets are real-format files of ``projects.lisa.synthetic`` with defects injected here; the rules are
+compared with what the libraries' own loaders do with the same files.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mmcv
+import numpy as np
+import pytest
+from mmengine.registry import init_default_scope
+from PIL import Image
+from test_downstream_data_errors import COCO_DEFECTS, DET_DEMO, SEG_DEMO, damage_label, edit_annotations, with_data_root
+
+from projects.lisa.engine.data_validation import LabelMapCheck, check_config_data, check_samples, image_size, ranges
+from projects.lisa.synthetic import generate
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, 'PYTHONPATH': str(ROOT), 'OMP_NUM_THREADS': '1'}
+
+
+@pytest.fixture
+def ade20k(tmp_path) -> Path:
+    generate('ade20k', tmp_path, num_train=6, num_val=2, size=32, seed=0)
+    return tmp_path / 'ade' / 'ADEChallengeData2016'
+
+
+@pytest.fixture
+def damaged_ade20k(ade20k) -> dict[str, Path]:
+    """Training labels 1, 3, 4 damaged (value 200, RGB, wrong size); the validation split intact."""
+    labels = sorted((ade20k / 'annotations' / 'training').glob('*.png'))
+    damaged = {'value 200': labels[1], 'rgb': labels[3], 'size': labels[4]}
+    for damage, path in damaged.items():
+        damage_label(path, damage)
+    return damaged
+
+
+def test_label_rules_are_those_of_mmseg_loading(tmp_path):
+    # Reference: mmseg's LoadAnnotations on a label map holding every uint8 value; a stored value is valid iff
+    # the loaded target is a class or the ignore index.
+    from mmseg.datasets.transforms import LoadAnnotations
+    path = tmp_path / 'all.png'
+    Image.fromarray(np.arange(256, dtype=np.uint8).reshape(16, 16)).save(path)
+    for reduce_zero_label in (True, False):
+        loaded = LoadAnnotations(reduce_zero_label=reduce_zero_label)(
+            dict(seg_map_path=str(path), reduce_zero_label=reduce_zero_label, seg_fields=[]))['gt_seg_map']
+        expected = (loaded.ravel() < 150) | (loaded.ravel() == 255)
+        check = LabelMapCheck(num_classes=150, reduce_zero_label=reduce_zero_label)
+        np.testing.assert_array_equal(check.is_valid(np.arange(256)), expected)
+    assert LabelMapCheck(150, True).valid_values.startswith('0..150, 255 ')
+    assert LabelMapCheck(150, False).valid_values.startswith('0..149, 255 ')
+    assert not LabelMapCheck(150, False).is_valid(np.array([256, 300, -1])).any()  # mmseg casts to uint8
+
+
+def test_image_size_is_the_size_opencv_decodes_exif_rotated_images_to(tmp_path):
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise
+    path = tmp_path / 'rotated.jpg'
+    Image.fromarray(np.zeros((40, 100, 3), np.uint8)).save(path, exif=exif.tobytes())
+    assert image_size(str(path)) == mmcv.imread(str(path)).shape[:2] == (100, 40)
+
+
+def test_ranges_are_compact_and_sorted():
+    assert ranges([5, 1, 2, 3, 9, 8, 3]) == '1..3, 5, 8..9'
+    assert ranges([]) == ''
+
+
+def test_every_invalid_label_map_of_a_split_is_listed_and_intact_splits_pass(damaged_ade20k, ade20k):
+    found = check_config_data(with_data_root(SEG_DEMO, ade20k), ('train_dataloader', 'val_dataloader'), workers=2)
+    assert found['val_dataloader'] == []
+    problems = found['train_dataloader']
+    assert sorted(p.file for p in problems) == sorted(map(str, damaged_ade20k.values()))
+    by_file = {p.file: p for p in problems}
+    assert by_file[str(damaged_ade20k['value 200'])].problem.startswith('holds label value 200 (16 px)')
+    assert by_file[str(damaged_ade20k['rgb'])].problem.startswith("has 3 channels (PNG mode 'RGB'")
+    assert 'but its image' in by_file[str(damaged_ade20k['size'])].problem
+    assert all(p.error for p in problems)
+
+
+def test_parallel_scan_finds_what_a_serial_scan_finds(damaged_ade20k, ade20k):
+    from projects.lisa.engine.data_validation import load_dataset
+    cfg = with_data_root(SEG_DEMO, ade20k)
+    dataset, _ = load_dataset(cfg.train_dataloader.dataset)
+    serial = check_samples(dataset, workers=1)
+    assert len(serial) == 3
+    assert check_samples(dataset, workers=3, chunk=1) == serial
+
+
+def test_every_invalid_coco_annotation_is_listed_with_its_id(coco_with_defects):
+    ann_file, defects = coco_with_defects
+    init_default_scope('mmdet')
+    problems = check_config_data(with_data_root(DET_DEMO, ann_file.parents[1]), ('train_dataloader', ))[
+        'train_dataloader']
+    errors = {(p.where.split(',')[0], p.problem) for p in problems if p.error and p.where.startswith('annotation')}
+    assert errors == {(f'annotation id {i}', text) for i, text in defects.items()}
+    assert all(p.file == str(ann_file) for p in problems)
+
+
+@pytest.fixture
+def coco_with_defects(tmp_path) -> tuple[Path, dict[int, str]]:
+    """A COCO training json with its first, second and last annotation damaged; returns it and each damaged id's
+    problem. The first one crashes mmdet's parsing, yet the others are found."""
+    generate('coco', tmp_path, num_train=4, num_val=1, size=32, seed=0)
+    ann_file = tmp_path / 'coco' / 'annotations' / 'instances_train2017.json'
+    last = len(json.loads(ann_file.read_text())['annotations'])
+    edits = {1: lambda ann: ann.__setitem__('bbox', [1.0, 2.0, 3.0]), 2: COCO_DEFECTS['no segmentation'][0],
+             last: COCO_DEFECTS['unknown category'][0]}
+    edit_annotations(ann_file, lambda ann: edits.get(ann['id'], lambda _: None)(ann))
+    return ann_file, {1: 'bbox [1.0, 2.0, 3.0] is not [x, y, width, height]', 2: 'has no segmentation',
+                      last: 'category_id 999 is not a category of the file'}
+
+
+def test_a_few_degenerate_coco_boxes_are_notes_not_errors(tmp_path):
+    # As the two zero-height boxes of the official instances_train2017.json: mmdet drops them, the images
+    # keep their other objects.
+    generate('coco', tmp_path, num_train=4, num_val=1, size=32, seed=0)
+    ann_file = tmp_path / 'coco' / 'annotations' / 'instances_train2017.json'
+    content = json.loads(ann_file.read_text())
+    counts = np.bincount([a['image_id'] for a in content['annotations']])
+    image = int(np.argmax(counts))
+    assert counts[image] >= 2
+    victim = next(a for a in content['annotations'] if a['image_id'] == image)
+    victim['bbox'][3], victim['area'] = 0.0, 0.0
+    ann_file.write_text(json.dumps(content))
+    init_default_scope('mmdet')
+    problems = check_config_data(with_data_root(DET_DEMO, tmp_path / 'coco'), ('train_dataloader', ))[
+        'train_dataloader']
+    assert [(p.error, p.where.split(',')[0]) for p in problems] == [(False, f'annotation id {victim["id"]}')]
+    assert 'height 0.0' in problems[0].problem
+
+
+@pytest.mark.slow
+def test_check_data_tool_lists_every_bad_sample_and_exits_non_zero(damaged_ade20k, ade20k, tmp_path):
+    command = [sys.executable, str(ROOT / 'tools/check_data.py'), str(SEG_DEMO), '--workers', '2',
+               '--cfg-options', f'train_dataloader.dataset.data_root={ade20k}',
+               f'val_dataloader.dataset.data_root={ade20k}']
+    proc = subprocess.run(command + ['--split', 'train'], env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert 'train_dataloader: 3 errors:' in proc.stdout and 'val_dataloader' not in proc.stdout
+    for path in damaged_ade20k.values():
+        assert str(path) in proc.stdout
+    proc = subprocess.run(command + ['--split', 'val'], env=ENV, capture_output=True, text=True, timeout=300)
+    assert (proc.returncode, proc.stdout.strip()) == (0, 'val_dataloader: no problems'), proc.stderr
+
+
+@pytest.mark.slow
+def test_train_tool_with_check_data_stops_before_building_the_model(damaged_ade20k, ade20k, tmp_path):
+    command = [sys.executable, str(ROOT / 'tools/train.py'), str(SEG_DEMO), '--check-data',
+               '--work-dir', str(tmp_path / 'work'), '--cfg-options',
+               f'train_dataloader.dataset.data_root={ade20k}', f'val_dataloader.dataset.data_root={ade20k}']
+    proc = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert '3 errors:' in proc.stderr and str(damaged_ade20k['value 200']) in proc.stderr
+    assert 'Traceback' not in proc.stderr
+    assert not (tmp_path / 'work').exists()
