@@ -1,14 +1,15 @@
-"""Attention family: softmax, plain linear, FLatten and LiSA, built by name.
+"""Attention family: softmax, plain linear, FLatten, LiSA and BiFormer's, built by name.
 
 Depends on torch alone (no OpenMMLab import), so the operator and its
 benchmarks run anywhere torch does.
 """
 from .base import ATTENTIONS, KernelAttention, build_attention, register_attention
+from .bra import BiLevelRoutingAttention, LePEAttention
 from .linear import FocusedLinearAttention, LinearAttention
 from .lisa import LiSAAttention
 from .softmax import SoftmaxAttention
 
 __all__ = [
     'ATTENTIONS', 'build_attention', 'register_attention', 'KernelAttention', 'SoftmaxAttention',
-    'LinearAttention', 'FocusedLinearAttention', 'LiSAAttention'
+    'LinearAttention', 'FocusedLinearAttention', 'LiSAAttention', 'BiLevelRoutingAttention', 'LePEAttention'
 ]
