@@ -177,3 +177,9 @@ def test_bra_refuses_invalid_settings_naming_the_value(kwargs, message):
 def test_bra_refuses_tokens_that_do_not_match_the_grid():
     with pytest.raises(ValueError, match=r'N=10 tokens do not match hw_shape=\(3, 3\)'):
         BiLevelRoutingAttention(8, 2, n_win=3, topk=2)(torch.randn(1, 10, 8), (3, 3))
+
+
+@pytest.mark.parametrize('cls', [BiLevelRoutingAttention, LePEAttention])
+def test_prefix_tokens_are_refused(cls):
+    with pytest.raises(ValueError, match='num_prefix_tokens=1'):
+        cls(16, 2, num_prefix_tokens=1)

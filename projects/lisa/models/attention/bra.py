@@ -30,6 +30,12 @@ def _check_drop(name: str, value: float) -> None:
         raise ValueError(f'{name}={value} must be in [0, 1)')
 
 
+def _check_no_prefix(num_prefix_tokens: int) -> None:
+    if num_prefix_tokens != 0:
+        raise ValueError(f'num_prefix_tokens={num_prefix_tokens}: BiFormer\'s attentions need every token '
+                         'on the grid (0 prefix tokens)')
+
+
 def _grid_conv(conv: nn.Conv2d, x: Tensor) -> Tensor:
     """A convolution of channel-last ``(B, H, W, C)`` maps, channel-last out."""
     return conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
@@ -68,12 +74,17 @@ class BiLevelRoutingAttention(nn.Module):
         qkv_bias: bias of the q, k, v projection.
         attn_drop: dropout of the token attention weights.
         proj_drop: dropout after the output projection.
+        num_prefix_tokens: must be 0 (every token lies on the grid).
+        pos_shape, block_index: backbone context (``..attention`` contract), unused.
     """
 
     def __init__(self, dim: int, num_heads: int, n_win: int = 7, topk: int = 4, qk_dim: int | None = None,
                  qk_scale: float | None = None, lce_kernel_size: int = 5, qkv_bias: bool = True,
-                 attn_drop: float = 0.0, proj_drop: float = 0.0) -> None:
+                 attn_drop: float = 0.0, proj_drop: float = 0.0, num_prefix_tokens: int = 0,
+                 pos_shape: Sequence[int] | None = None, block_index: int = 0) -> None:
         super().__init__()
+        del pos_shape, block_index  # backbone context that BRA has no use for
+        _check_no_prefix(num_prefix_tokens)
         self.qk_dim = qk_dim or dim
         check_heads(dim, num_heads)
         check_heads(self.qk_dim, num_heads)
@@ -141,12 +152,16 @@ class LePEAttention(nn.Module):
     Args:
         dim, num_heads: width and heads (d = dim / num_heads).
         lepe_kernel_size: odd kernel of the depthwise conv on the input.
-        qkv_bias, attn_drop, proj_drop: as in :class:`BiLevelRoutingAttention`.
+        qkv_bias, attn_drop, proj_drop, num_prefix_tokens, pos_shape, block_index:
+            as in :class:`BiLevelRoutingAttention`.
     """
 
     def __init__(self, dim: int, num_heads: int, lepe_kernel_size: int = 5, qkv_bias: bool = False,
-                 attn_drop: float = 0.0, proj_drop: float = 0.0) -> None:
+                 attn_drop: float = 0.0, proj_drop: float = 0.0, num_prefix_tokens: int = 0,
+                 pos_shape: Sequence[int] | None = None, block_index: int = 0) -> None:
         super().__init__()
+        del pos_shape, block_index  # backbone context that this attention has no use for
+        _check_no_prefix(num_prefix_tokens)
         check_heads(dim, num_heads)
         _check_odd('lepe_kernel_size', lepe_kernel_size)
         _check_drop('attn_drop', attn_drop)
