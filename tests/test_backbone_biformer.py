@@ -27,14 +27,14 @@ from projects.lisa.models.attention import (
     LiSAAttention,
     SoftmaxAttention,
 )
-from projects.lisa.models.backbones import utils
+from projects.lisa.models.backbones import base
 from projects.lisa.models.backbones.biformer import (
     BRA_ATTN_CFGS,
     LISA_ATTN_CFGS,
     LiSABiFormer,
     convert_biformer_checkpoint,
 )
-from projects.lisa.models.backbones.utils import load_pretrained
+from projects.lisa.models.backbones.loading import IncompleteCheckpointError, load_pretrained
 
 ROOT = Path(__file__).resolve().parents[1]
 # a small BiFormer-like arch for exact checks (3 x 3 regions: topk up to 9)
@@ -155,9 +155,10 @@ def check_outputs_equal_biformers(arch, official_arch, size, n_win, topks, tmp_p
     loaded = classifier(arch, attn_cfgs, num_classes=7, init_cfg=dict(type='Pretrained',
                                                                       checkpoint=str(tmp_path / 'biformer.pth')))
     loaded.double().backbone.init_weights()
-    report = load_pretrained(copy.deepcopy(loaded.backbone), str(tmp_path / 'biformer.pth'),
-                             convert=convert_biformer_checkpoint)
-    assert report.complete and report.converted  # every tensor of the model, nothing but the head left over
+    report = load_pretrained(copy.deepcopy(loaded.backbone), str(tmp_path / 'biformer.pth'))
+    # every tensor of the model, nothing but the head left over
+    assert report.converted and not (report.new or report.missing or report.mismatched or report.unexpected)
+    assert len(report.loaded) == len(loaded.backbone.state_dict())
     loaded.head.fc.load_state_dict(ours.head.fc.state_dict())
     loaded.eval()
     x = torch.randn(2, 3, *size, dtype=torch.float64)
@@ -257,7 +258,7 @@ def test_stochastic_depth_rises_linearly_over_the_blocks():
 
 def test_with_cp_gives_the_same_outputs_and_gradients_in_train_mode(monkeypatch):
     calls = []
-    monkeypatch.setattr(utils, 'checkpoint', lambda *a, **k: calls.append(1) or torch.utils.checkpoint.checkpoint(
+    monkeypatch.setattr(base, 'checkpoint', lambda *a, **k: calls.append(1) or torch.utils.checkpoint.checkpoint(
         *a, **k))
     kwargs = dict(arch=SMALL, attn_cfgs=SMALL_BRA, drop_path_rate=0.3)
     plain, cp = LiSABiFormer(**kwargs).train(), LiSABiFormer(with_cp=True, **kwargs).train()
@@ -311,8 +312,10 @@ def test_builds_by_type_name_from_each_registry(scope):
 def test_mmpretrain_classifier_checkpoint_loads_back_exactly_with_the_backbone_prefix(tmp_path):
     model = randomise(classifier(SMALL, SMALL_BRA, num_classes=5)).float()
     torch.save({'state_dict': model.state_dict(), 'meta': {'epoch': 1}}, tmp_path / 'cls.pth')
-    dense = LiSABiFormer(arch=SMALL, attn_cfgs=SMALL_BRA,
-                         init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'cls.pth'), prefix='backbone.'))
+    init_cfg = dict(type='Pretrained', checkpoint=str(tmp_path / 'cls.pth'), prefix='backbone.')
+    with pytest.raises(IncompleteCheckpointError, match=r'NOT IN THE CHECKPOINT \(6\): norm0.weight'):
+        LiSABiFormer(arch=SMALL, attn_cfgs=SMALL_BRA, init_cfg=init_cfg).init_weights()
+    dense = LiSABiFormer(arch=SMALL, attn_cfgs=SMALL_BRA, init_cfg={**init_cfg, 'allow_new': ['norm[012].*']})
     dense.init_weights()
     source = model.backbone.state_dict()
     new = dense.state_dict().keys() - source.keys()
@@ -323,9 +326,9 @@ def test_mmpretrain_classifier_checkpoint_loads_back_exactly_with_the_backbone_p
 
 @pytest.mark.parametrize('kwargs, error, match', [
     (dict(arch='huge'), ValueError, r"arch='huge' is not one of \['b', 'base', 's', 'small', 't', 'tiny'\]"),
-    (dict(attn_cfgs=dict(type='window')), ValueError, r"attn_cfgs\[0\]=\{'type': 'window'\}"),
+    (dict(attn_cfgs=dict(type='routing')), ValueError, r"attn_cfgs\[0\]=\{'type': 'routing'\}: expected"),
     (dict(attn_cfgs=[dict(type='bra')] * 3), ValueError, 'attn_cfgs has 3 entries'),
-    (dict(attn_cfgs=dict(type='bra', topk=50)), ValueError, r'stage 0 attention .*topk=50 must be in \[1, n_win'),
+    (dict(attn_cfgs=dict(type='bra', topk=50)), ValueError, r'stage 0, block 0: attention .*topk=50 must be in \[1,'),
     (dict(out_indices=(4, )), ValueError, r'out_indices=\(4,\)'),
 ])
 def test_bad_configurations_are_rejected_with_a_clear_message(kwargs, error, match):
@@ -415,6 +418,7 @@ def test_segmentation_config_follows_biformers_semantic_fpn_recipe(name):
     assert (backbone.type, backbone.arch, backbone.attn_cfgs, backbone.drop_path_rate) == (
         'LiSABiFormer', 'small', expected, 0.15)
     assert backbone.conv_norm_cfg.type == 'SyncBN' and backbone.init_cfg.prefix == 'backbone.'
+    assert backbone.init_cfg.allow_new == ['norm0.*', 'norm1.*', 'norm2.*']  # the new output norms only
     assert backbone.init_cfg.checkpoint == cfg.pretrained and '://' not in cfg.pretty_text
     assert cfg.model.neck.in_channels == [64, 128, 256, 512] and cfg.model.decode_head.channels == 128
     assert cfg.model.decode_head.num_classes == 150 and cfg.crop_size == (512, 512)

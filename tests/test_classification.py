@@ -24,8 +24,13 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 from torch import nn
 
-from projects.lisa.models.attention import FocusedLinearAttention, LinearAttention, LiSAAttention, SoftmaxAttention
-from projects.lisa.models.backbones.swin import ShiftedWindowAttention
+from projects.lisa.models.attention import (
+    FocusedLinearAttention,
+    LinearAttention,
+    LiSAAttention,
+    ShiftedWindowAttention,
+    SoftmaxAttention,
+)
 from projects.lisa.synthetic import generate
 from projects.lisa.synthetic.synthetic import IMAGENET_CLASSES
 

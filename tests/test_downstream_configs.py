@@ -14,8 +14,12 @@ from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODELS, init_default_scope
 
-from projects.lisa.models.attention import FocusedLinearAttention, LiSAAttention, SoftmaxAttention
-from projects.lisa.models.backbones.swin import ShiftedWindowAttention
+from projects.lisa.models.attention import (
+    FocusedLinearAttention,
+    LiSAAttention,
+    ShiftedWindowAttention,
+    SoftmaxAttention,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SEG, DET = ROOT / 'configs' / 'segmentation', ROOT / 'configs' / 'detection'

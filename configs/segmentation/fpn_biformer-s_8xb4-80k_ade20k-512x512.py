@@ -35,7 +35,9 @@ model = dict(
         conv_norm_cfg=dict(type='SyncBN'),
         final_norm_cfg=dict(type='SyncBN'),
         out_norm_cfg=dict(type='LN', eps=1e-6),
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained, prefix='backbone.')),
+        # every tensor from the ImageNet classifier except the new output norms of stages 1-3
+        init_cfg=dict(type='Pretrained', checkpoint=pretrained, prefix='backbone.',
+                      allow_new=['norm0.*', 'norm1.*', 'norm2.*'])),
     neck=dict(in_channels=[64, 128, 256, 512]),
     decode_head=dict(num_classes=150))
 

@@ -27,23 +27,9 @@ from collections.abc import Mapping, Sequence
 
 import torch
 from mmcv.cnn import build_norm_layer
-from mmengine.model import BaseModule
 from torch import Tensor, nn
 
-from ..attention import ATTENTIONS
-from .utils import (
-    TransformerBlock,
-    build_stage_attention,
-    check_stage_indices,
-    freeze,
-    init_transformer_weights,
-    is_pretrained,
-    load_pretrained,
-    nlc_to_nchw,
-    num_stages_of,
-    resolve_arch,
-    stage_attn_cfgs,
-)
+from .base import LiSABackbone, TransformerBlock, build_blocks, nlc_to_nchw, num_stages_of, to_pair
 
 #: BiFormer: BRA with 7 x 7 regions and top-k 1, 4, 16; global attention with LePE in stage 4.
 BRA_ATTN_CFGS = [dict(type='bra', n_win=7, topk=k) for k in (1, 4, 16)] + [dict(type='lepe', qkv_bias=False)]
@@ -59,9 +45,8 @@ class BiFormerBlock(TransformerBlock):
         x <- x + DropPath(MLP(LN(x)))            MLP = Linear, GELU, Linear
     """
 
-    def __init__(self, dim: int, attn: nn.Module, mlp_ratio: float, drop_path_rate: float = 0.0,
-                 norm_cfg: dict = dict(type='LN', eps=1e-6), with_cp: bool = False) -> None:
-        super().__init__(dim, attn, mlp_ratio, drop_path_rate=drop_path_rate, norm_cfg=norm_cfg, with_cp=with_cp)
+    def __init__(self, dim: int, attn: nn.Module, ffn_channels: int, *args, **kwargs) -> None:
+        super().__init__(dim, attn, ffn_channels, *args, **kwargs)
         self.pos_embed = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
 
     def _forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
@@ -81,7 +66,7 @@ def _channel_norm(norm: nn.Module, x: Tensor) -> Tensor:
     return norm(x)
 
 
-class LiSABiFormer(BaseModule):
+class LiSABiFormer(LiSABackbone):
     """BiFormer backbone whose attention is chosen per stage.
 
     Stem: two 3x3 stride-2 convolutions (``C/2`` then ``C`` channels) with
@@ -95,12 +80,13 @@ class LiSABiFormer(BaseModule):
             lists ``embed_dims``, ``depths``, ``num_heads``, ``mlp_ratios``.
             Heads are BiFormer's: ``dim / 32`` in stages 1-3, 8 in stage 4.
         attn_cfgs: one ``dict(type=NAME, **kwargs)`` for all stages or one per
-            stage, NAME in 'bra', 'lepe', 'lisa', 'flatten', 'linear', 'softmax';
-            :data:`BRA_ATTN_CFGS` is BiFormer, :data:`LISA_ATTN_CFGS` (default)
-            LiSA-BiFormer. The backbone supplies dim, heads, ``qkv_bias``,
-            ``proj_drop=drop_rate``, ``attn_drop=attn_drop_rate`` (softmax-type)
-            and ``pos_shape`` (kernel attentions: the stage's grid at
-            ``pretrain_img_size``); kwargs override them.
+            stage, NAME a registered attention ('bra', 'lepe', 'lisa', 'flatten',
+            'softmax', ...); :data:`BRA_ATTN_CFGS` is BiFormer,
+            :data:`LISA_ATTN_CFGS` (default) LiSA-BiFormer. Every type gets the
+            context of ``..attention.CONTEXT``: dim, heads, ``qkv_bias``,
+            ``attn_drop=attn_drop_rate``, ``proj_drop=drop_rate``, ``pos_shape``
+            (the stage's grid at ``pretrain_img_size``), ``block_index``; kwargs
+            override them.
         out_indices: stages whose outputs are returned (strides 4, 8, 16, 32).
         conv_norm_cfg: norm of the stem and downsampling convolutions (BN;
             SyncBN in BiFormer's dense models).
@@ -110,15 +96,14 @@ class LiSABiFormer(BaseModule):
             ``dict(type='LN', eps=1e-6)`` for that.
         out_norm_cfg: norm ``norm{i}`` of each other returned stage (BiFormer's
             dense models: LayerNorm, new, as the ImageNet model has none).
-        drop_path_rate: stochastic depth, rising linearly over the blocks
-            (BiFormer: 0.1 / 0.15 / 0.4 for T / S / B on ImageNet).
+        drop_path_rate: stochastic depth, rising linearly over the blocks.
         frozen_stages: -1 freezes nothing, 0 the stem, k also the stages 1..k
             (with their downsampling and output norms).
         with_cp: gradient checkpointing of every block.
-        init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=...)`` loads an
-            mmpretrain classifier (``prefix='backbone.'``) or an official BiFormer
-            checkpoint (keys converted by :func:`convert_biformer_checkpoint`),
-            with a report of the tensors loaded, newly initialised and unused.
+        init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=..., allow_new=...)``
+            (:class:`.base.LiSABackbone`): an official BiFormer checkpoint or a
+            LiSABiFormer one (e.g. of an mmpretrain classifier, ``prefix='backbone.'``);
+            keys converted by :func:`convert_biformer_checkpoint`.
     """
 
     arch_zoo = {
@@ -135,9 +120,9 @@ class LiSABiFormer(BaseModule):
         self,
         arch: str | Mapping = 'tiny',
         attn_cfgs: Mapping | Sequence[Mapping] = LISA_ATTN_CFGS,
-        pretrain_img_size: int = 224,
+        pretrain_img_size: int | Sequence[int] = 224,
         in_channels: int = 3,
-        out_indices: Sequence[int] = (0, 1, 2, 3),
+        out_indices: int | Sequence[int] = (0, 1, 2, 3),
         qkv_bias: bool = True,
         drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
@@ -150,40 +135,35 @@ class LiSABiFormer(BaseModule):
         with_cp: bool = False,
         init_cfg: dict | None = None,
     ) -> None:
-        super().__init__(init_cfg=init_cfg)
-        settings = resolve_arch(arch, self.arch_zoo, self.arch_keys)
+        super().__init__(arch, init_cfg)
+        settings = self.arch_settings
         num_stages = num_stages_of(settings, self.arch_keys)
-        self.out_indices = check_stage_indices(out_indices, frozen_stages, num_stages)
-        self.frozen_stages = frozen_stages
-        attn_cfgs = stage_attn_cfgs(attn_cfgs, num_stages, list(ATTENTIONS))
+        attn_cfgs = self.check_stage_args(num_stages, out_indices, frozen_stages, attn_cfgs)
         dims, depths = settings['embed_dims'], settings['depths']
-        self.num_features = list(dims)
 
         stem = _conv_bn(in_channels, dims[0] // 2, conv_norm_cfg)
-        stem = nn.Sequential(stem[0], stem[1], nn.GELU(), *_conv_bn(dims[0] // 2, dims[0], conv_norm_cfg))
+        stem = nn.Sequential(*stem, nn.GELU(), *_conv_bn(dims[0] // 2, dims[0], conv_norm_cfg))
         self.downsample_layers = nn.ModuleList(
             [stem] + [nn.Sequential(*_conv_bn(dims[i], dims[i + 1], conv_norm_cfg)) for i in range(num_stages - 1)])
         dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
-        grid = -(-pretrain_img_size // 4)
+        grid = tuple(-(-s // 4) for s in to_pair(pretrain_img_size, 'pretrain_img_size'))
         self.stages = nn.ModuleList()
         for i, (dim, depth, heads, mlp_ratio) in enumerate(zip(*(settings[k] for k in self.arch_keys))):
-            self.stages.append(nn.ModuleList([
-                BiFormerBlock(
-                    dim,
-                    build_stage_attention(attn_cfgs[i], dim, heads, stage=i, qkv_bias=qkv_bias,
-                                          attn_drop=attn_drop_rate, proj_drop=drop_rate, pos_shape=(grid, grid)),
-                    mlp_ratio, dpr[sum(depths[:i]) + j], norm_cfg, with_cp) for j in range(depth)
-            ]))
-            grid = -(-grid // 2)
+            rates = dpr[sum(depths[:i]):sum(depths[:i + 1])]
+            self.stages.append(nn.ModuleList(build_blocks(
+                [attn_cfgs[i]] * depth, dim, heads, int(mlp_ratio * dim), rates, f'stage {i}, ', qkv_bias=qkv_bias,
+                attn_drop=attn_drop_rate, drop_rate=drop_rate, pos_shape=grid, norm_cfg=norm_cfg, with_cp=with_cp,
+                block=BiFormerBlock)))
+            grid = tuple(-(-g // 2) for g in grid)
         self.norm = build_norm_layer(final_norm_cfg, dims[-1])[1]
         for i in self.out_indices:
             if i < num_stages - 1:
                 self.add_module(f'norm{i}', build_norm_layer(out_norm_cfg, dims[i])[1])
         self._freeze_stages()
 
-    def out_norm(self, i: int) -> nn.Module:
-        """The norm of stage ``i``'s output: ``norm`` for the last stage, else ``norm{i}``."""
-        return self.norm if i == len(self.stages) - 1 else getattr(self, f'norm{i}')
+    def out_norm(self, i: int) -> nn.Module | None:
+        """The norm of stage ``i``'s output: ``norm`` for the last stage, else ``norm{i}`` (if returned)."""
+        return self.norm if i == len(self.stages) - 1 else getattr(self, f'norm{i}', None)
 
     def forward(self, x: Tensor) -> tuple[Tensor, ...]:
         outs = []
@@ -198,26 +178,16 @@ class LiSABiFormer(BaseModule):
                 outs.append(_channel_norm(self.out_norm(i), x))
         return tuple(outs)
 
-    def _freeze_stages(self) -> None:
-        if self.frozen_stages >= 0:
-            freeze(self.downsample_layers[0])
-        for i in range(self.frozen_stages):
-            freeze(self.downsample_layers[i], self.stages[i])
-            if i in self.out_indices:
-                freeze(self.out_norm(i))
+    def frozen_parts(self) -> list[nn.Module | None]:
+        if self.frozen_stages < 0:
+            return []
+        k = self.frozen_stages
+        return [self.downsample_layers[0], *self.downsample_layers[:k], *self.stages[:k],
+                *(self.out_norm(i) for i in range(k) if i in self.out_indices)]
 
-    def train(self, mode: bool = True) -> LiSABiFormer:
-        super().train(mode)
-        self._freeze_stages()
-        return self
-
-    def init_weights(self) -> None:
-        init_transformer_weights(self, conv_fan_out=False)
-        if is_pretrained(self.init_cfg):
-            load_pretrained(self, self.init_cfg['checkpoint'], self.init_cfg.get('prefix'),
-                            convert_biformer_checkpoint)
-        elif self.init_cfg is not None:
-            super().init_weights()
+    @staticmethod
+    def convert_checkpoint(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        return convert_biformer_checkpoint(state_dict)
 
 
 #: Official block parameter names -> ours (``{stage}.{block}.`` prefix kept).
