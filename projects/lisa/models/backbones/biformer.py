@@ -182,7 +182,7 @@ class LiSABiFormer(LiSABackbone):
         if self.frozen_stages < 0:
             return []
         k = self.frozen_stages
-        return [self.downsample_layers[0], *self.downsample_layers[:k], *self.stages[:k],
+        return [*self.downsample_layers[:max(k, 1)], *self.stages[:k],
                 *(self.out_norm(i) for i in range(k) if i in self.out_indices)]
 
     @staticmethod
