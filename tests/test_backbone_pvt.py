@@ -328,7 +328,7 @@ def test_a_prefix_absent_from_the_checkpoint_is_an_error(tmp_path):
     (dict(arch=dict(TINY, depths=[1, 1, 1])), ValueError, r'one entry per stage .* lengths'),
     (dict(attn_cfgs=[dict(type='lisa')] * 3), ValueError, r'attn_cfgs has 3 entries; .* per stage \(4\)'),
     (dict(attn_cfgs=dict(type='performer')), ValueError,
-     r"attn_cfgs\[0\].*'performer'.*one of \['flatten', 'linear', 'lisa', 'softmax', 'window'\]"),
+     r"attn_cfgs\[0\].*'performer'.*one of \['bra', 'flatten', 'lepe', 'linear', 'lisa', 'softmax', 'window'\]"),
     (dict(pretrain_img_size=(64,)), ValueError, r'pretrain_img_size=\(64,\) must be a positive int or a pair'),
     (dict(pretrain_img_size=(64, 64, 64)), ValueError, r'pretrain_img_size=\(64, 64, 64\) must be'),
     (dict(attn_cfgs=dict(type='lisa', sr_ratio=2)), TypeError, r"stage 0, block 0: attention .*sr_ratio"),

@@ -77,7 +77,8 @@ def build_model(path: Path) -> torch.nn.Module:
 
 
 def test_every_config_of_the_tables_exists_and_the_demo_configs_too():
-    assert {*SEG.glob('*.py'), *DET.glob('*.py')} == set(ROWS)
+    # the BiFormer configs of Table 2 are tested in test_backbone_biformer.py
+    assert {*SEG.glob('*.py'), *DET.glob('*.py')} - {*SEG.glob('fpn_*biformer*.py')} == set(ROWS)
     assert all(p.is_file() for p in DEMOS)
 
 

@@ -45,7 +45,7 @@ from torch import nn
 #: Input (H, W) of the paper's FLOPs per OpenMMLab scope.
 PAPER_INPUT_HW = {'mmseg': (512, 2048), 'mmdet': (800, 1280)}
 
-#: GFLOPs of LiSA's Table 3 (ADE20K) and Table 4 (COCO), by config file of ``configs/``.
+#: GFLOPs of LiSA's Table 3 (ADE20K) and Table 4 (COCO), by config file of ``configs/`` (and BiFormer's for Table 2).
 PAPER_GFLOPS = {
     'segmentation/fpn_pvt-t_8xb4-40k_ade20k-512x512.py': 158,
     'segmentation/fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py': 169,
@@ -59,6 +59,11 @@ PAPER_GFLOPS = {
     'detection/mask-rcnn_swin-t_fpn_1x_coco.py': 267,
     'detection/mask-rcnn_flatten-swin-t_fpn_1x_coco.py': None,  # not in the paper
     'detection/mask-rcnn_lisa-swin-t_fpn_1x_coco.py': 269,
+    # Table 2 gives no FLOPs: BiFormer's published figures at 224 (rayleizhu/BiFormer), LiSA rows not given
+    **{f'classification/biformer-{size}_{row}_8xb128_in1k.py': gflops if row == 'bra' else None
+       for size, gflops in (('tiny', 2.2), ('small', 4.5), ('base', 9.8)) for row in ('bra', 'lisa')},
+    'segmentation/fpn_biformer-s_8xb4-80k_ade20k-512x512.py': None,
+    'segmentation/fpn_lisa-biformer-s_8xb4-80k_ade20k-512x512.py': None,
 }
 
 

@@ -1,10 +1,11 @@
-"""Attention family: softmax, Swin's window, plain linear, FLatten and LiSA, built by name.
+"""Attention family: softmax, Swin's window, plain linear, FLatten, LiSA and BiFormer's, built by name.
 
 Every type is built by :func:`build_attention` from ``dict(type=NAME, **kwargs)`` through one
 constructor contract (:data:`CONTEXT`); :func:`register_attention` adds a type. Depends on torch
 alone (no OpenMMLab import), so the operator and its benchmarks run anywhere torch does.
 """
 from .base import ATTENTIONS, CONTEXT, KernelAttention, build_attention, check_attention_type, register_attention
+from .bra import BiLevelRoutingAttention, LePEAttention
 from .linear import FocusedLinearAttention, LinearAttention
 from .lisa import LiSAAttention
 from .softmax import SoftmaxAttention
@@ -12,5 +13,6 @@ from .window import ShiftedWindowAttention
 
 __all__ = [
     'ATTENTIONS', 'CONTEXT', 'build_attention', 'check_attention_type', 'register_attention', 'KernelAttention',
-    'SoftmaxAttention', 'ShiftedWindowAttention', 'LinearAttention', 'FocusedLinearAttention', 'LiSAAttention'
+    'SoftmaxAttention', 'ShiftedWindowAttention', 'LinearAttention', 'FocusedLinearAttention', 'LiSAAttention',
+    'BiLevelRoutingAttention', 'LePEAttention'
 ]

@@ -1,6 +1,7 @@
 """Backbones with a selectable attention per stage, built from the shared parts of :mod:`.base`."""
+from .biformer import LiSABiFormer
 from .pvt import LiSAPVT
 from .swin import LiSASwinTransformer
 from .vit import LiSAViT
 
-__all__: list[str] = ['LiSAPVT', 'LiSASwinTransformer', 'LiSAViT']
+__all__: list[str] = ['LiSABiFormer', 'LiSAPVT', 'LiSASwinTransformer', 'LiSAViT']

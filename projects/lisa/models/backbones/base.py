@@ -115,8 +115,11 @@ def build_blocks(attn_cfgs: Sequence[Mapping], dim: int, num_heads: int, ffn_cha
                  drop_path_rates: Sequence[float], where: str = '', *, qkv_bias: bool, attn_drop: float,
                  drop_rate: float, pos_shape: Sequence[int], num_prefix_tokens: int = 0,
                  act_cfg: dict = dict(type='GELU'), norm_cfg: dict = dict(type='LN'),
-                 with_cp: bool = False) -> list[TransformerBlock]:
+                 with_cp: bool = False, block: type[TransformerBlock] = TransformerBlock) -> list[TransformerBlock]:
     """The :class:`TransformerBlock` s of a stage, block ``j`` with the attention of ``attn_cfgs[j]``.
+
+    ``block``: :class:`TransformerBlock` or a subclass with its signature (BiFormer's adds a
+    positional convolution).
 
     Every attention gets the same context (``..attention.CONTEXT``): ``qkv_bias``,
     ``attn_drop``, ``proj_drop=drop_rate``, ``pos_shape``, ``num_prefix_tokens`` and
@@ -130,7 +133,7 @@ def build_blocks(attn_cfgs: Sequence[Mapping], dim: int, num_heads: int, ffn_cha
                                    pos_shape=tuple(pos_shape), num_prefix_tokens=num_prefix_tokens, block_index=j)
         except (TypeError, ValueError) as e:
             raise type(e)(f'{where}block {j}: attention {dict(cfg)}: {e}') from e
-        blocks.append(TransformerBlock(dim, attn, ffn_channels, drop_rate, rate, act_cfg, norm_cfg, with_cp))
+        blocks.append(block(dim, attn, ffn_channels, drop_rate, rate, act_cfg, norm_cfg, with_cp))
     return blocks
 
 
