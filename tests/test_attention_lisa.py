@@ -289,6 +289,6 @@ def test_token_count_must_match_the_grid():
 
 
 def test_unknown_attention_name_raises_listing_the_valid_ones():
-    valid = r"\['flatten', 'linear', 'lisa', 'softmax'\]"
+    valid = r"\['flatten', 'linear', 'lisa', 'softmax', 'window'\]"
     with pytest.raises(KeyError, match=rf"unknown attention type 'lisaa'; valid types: {valid}"):
         build_attention(dict(type='lisaa'), dim=12, num_heads=3)
