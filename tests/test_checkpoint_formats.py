@@ -282,3 +282,12 @@ def test_lisa_from_a_softmax_checkpoint_needs_its_new_tensors_allowed_by_the_con
             torch.testing.assert_close(value, softmax[key], msg=key)
         else:
             assert any(fnmatch(key, pattern) for pattern in lisa_only), key
+
+
+def test_pretrained_init_cfg_is_one_checked_dict(tmp_path):
+    torch.save(classifier(LiSAPVT(**PVT)), tmp_path / 'cls.pth')
+    cfg = dict(type='Pretrained', checkpoint=str(tmp_path / 'cls.pth'), prefix='backbone.')
+    with pytest.raises(ValueError, match=r"give Pretrained as the one init_cfg dict \(not in a list\)"):
+        LiSAPVT(**PVT, init_cfg=[cfg, dict(type='Constant', layer='LayerNorm', val=1.0)])
+    with pytest.raises(TypeError, match="allow_nwe"):
+        LiSAPVT(**PVT, init_cfg=dict(cfg, allow_nwe=['*'])).init_weights()

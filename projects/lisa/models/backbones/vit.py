@@ -56,9 +56,9 @@ class LiSAViT(LiSABackbone):
             ``attn_drop=attn_drop_rate``, ``proj_drop=drop_rate``, ``pos_shape``
             (the patch grid), ``num_prefix_tokens``, ``block_index`` (the layer);
             kwargs override them. Default: LiSA in every layer (the paper's DeiT rows).
+        patch_size: patch (and stride) size of the patch embedding.
         pretrain_img_size: input size (int or (H, W)) whose patch grid the position
             tables are stored for; other sizes work.
-        patch_size: patch (and stride) size of the patch embedding.
         out_indices: layers whose output is returned (negative from the end).
         drop_rate: dropout after the position embedding, the attention
             projection and in the MLP.
@@ -94,8 +94,8 @@ class LiSAViT(LiSABackbone):
         self,
         arch: str | Mapping = 'deit-tiny',
         attn_cfgs: Mapping | Sequence[Mapping] = dict(type='lisa'),
-        pretrain_img_size: int | Sequence[int] = 224,
         patch_size: int = 16,
+        pretrain_img_size: int | Sequence[int] = 224,
         in_channels: int = 3,
         out_indices: int | Sequence[int] = -1,
         qkv_bias: bool = True,
