@@ -56,7 +56,8 @@ def kill_at(config: Path, point: str, target: str, *args: str, command: list[str
         while 'STALLED' not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         stalled = 'STALLED' in log.read_text()
-        os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert stalled, f'never reached {point} {target}:\n{log.read_text()[-3000:]}'
     return log.read_text()

@@ -64,10 +64,11 @@ def test_dry_run_of_the_detection_demo_passes(workspace):
     assert 'MultiStepLR' in proc.stdout and 'OK: the config builds' in proc.stdout
 
 
-def test_dry_run_fails_on_weights_that_turn_nonfinite_after_one_step(workspace):
-    proc, _ = dry_run(workspace, SEG_DEMO, '--cfg-options', 'optim_wrapper.optimizer.lr=nan')
+def test_dry_run_fails_on_a_nonfinite_loss_and_gradients(workspace):
+    proc, _ = dry_run(workspace, SEG_DEMO, '--cfg-options', 'model.decode_head.loss_decode.loss_weight=nan')
     assert proc.returncode == 1
-    assert 'weights non-finite after one step' in proc.stdout
+    assert 'FAILED non-finite loss' in proc.stdout
+    assert 'FAILED non-finite gradients in' in proc.stdout
 
 
 def test_dry_run_fails_on_initial_weights_that_do_not_exist(workspace):

@@ -150,9 +150,9 @@ class NonFiniteGuardHook(Hook):
             self._step_skipped = True
         losses = {k: float(torch.as_tensor(v).detach()) for k, v in (outputs or {}).items()
                   if isinstance(v, (float, int, torch.Tensor)) and torch.as_tensor(v).numel() == 1}
-        bad_losses = [(k, v) for k, v in losses.items() if not math.isfinite(v)]
-        if bad_losses and self.on_nonfinite == 'stop' and not any(s is not None for s in self._scales):
-            raise NonFiniteError(f'iteration {self._iter}: non-finite loss {bad_losses}.{self._batch()} {WHAT_TO_CHECK}')
+        bad = [(k, v) for k, v in losses.items() if not math.isfinite(v)]
+        if bad and self.on_nonfinite == 'stop' and not any(s is not None for s in self._scales):
+            raise NonFiniteError(f'iteration {self._iter}: non-finite loss {bad}.{self._batch()} {WHAT_TO_CHECK}')
         self._in_a_row = self._in_a_row + 1 if self._step_skipped else 0
         if self._in_a_row >= self.max_consecutive_skips:
             scale = f' (fp16 loss scale now {lowered[0]:g})' if lowered else ''

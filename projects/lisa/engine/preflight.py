@@ -30,6 +30,8 @@ from .nonfinite import nonfinite_tensors
 
 SIZE_KEYS = ('crop_size', 'scale', 'img_scale', 'size')
 REGULARISATION_KEYS = ('drop_path_rate', 'drop_rate', 'attn_drop_rate', 'dropout_ratio', 'dropout')
+SCHEDULE_KEYS = ('begin', 'end', 'by_epoch', 'eta_min', 'power', 'start_factor', 'milestones', 'gamma', 'T_max',
+                 'convert_to_iter_based')
 LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 
 
@@ -45,7 +47,8 @@ def _walk(cfg, keys: tuple[str, ...], path: str = '') -> Iterator[tuple[str, obj
 
 
 def _brief(cfg: Mapping, keys: tuple[str, ...] = ()) -> str:
-    return ', '.join(f'{k}={v}' for k, v in cfg.items() if not keys or k in keys)
+    """``k=v, ...`` of ``cfg`` (of ``keys`` only, in their order, when given)."""
+    return ', '.join(f'{k}={cfg[k]}' for k in (keys or cfg) if k in cfg)
 
 
 def recipe(cfg: Config, optim_wrapper=None, model: torch.nn.Module | None = None, batch=None) -> list[str]:
@@ -75,7 +78,7 @@ def recipe(cfg: Config, optim_wrapper=None, model: torch.nn.Module | None = None
     lines.append(line)
     lines.append(f'schedule: {_brief(cfg.train_cfg)}')
     for scheduler in cfg.get('param_scheduler') or []:
-        lines.append(f'  {scheduler["type"]}({_brief(scheduler, ("begin", "end", "by_epoch", "eta_min", "power", "start_factor", "milestones", "gamma", "T_max", "convert_to_iter_based"))})')  # noqa: E501
+        lines.append(f'  {scheduler["type"]}({_brief(scheduler, SCHEDULE_KEYS)})')
     pipeline = loader.dataset.get('pipeline') or []
     sizes = [f'{t["type"]}({_brief(t, SIZE_KEYS)})' for t in pipeline if any(k in t for k in SIZE_KEYS)]
     preprocessor = cfg.model.get('data_preprocessor') or {}
@@ -85,7 +88,7 @@ def recipe(cfg: Config, optim_wrapper=None, model: torch.nn.Module | None = None
     if isinstance(batch, Mapping) and isinstance(batch.get('inputs'), (list, tuple)) and batch['inputs']:
         crop += f'; first training images: {[tuple(t.shape) for t in batch["inputs"][:4]]}'
     lines.append(crop)
-    rates = ', '.join(f'{k}={v}' for k, v in _walk(cfg.model, REGULARISATION_KEYS))
+    rates = ', '.join(f'{k}={v}' for k, v in _walk(cfg.model, REGULARISATION_KEYS, 'model'))
     lines.append(f'stochastic depth / dropout: {rates or "none"}')
     return lines
 
