@@ -5,7 +5,8 @@ of ours: the tool adds them) and ``engine_stall`` stalls it at one point of the
 save of ``iter_4.pth``, where it gets SIGKILL, as a crash or a pre-empted job
 would. Afterwards ``last_checkpoint`` must name a complete checkpoint and
 ``--resume`` must finish the run. The reference for "complete" is
-``torch.load`` of the file.
+``torch.load`` of the file. Last, ``configs/_base_/safe_runtime.py`` (which lists
+the hooks) combines with every demo config as a second base and its hooks build.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from projects.lisa.engine.resume import checkpoint_problem, find_resumable_check
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
-pytestmark = pytest.mark.slow  # each case starts two or three Python processes that import the mm libraries
+
 
 
 def environment(**extra: str) -> dict[str, str]:
@@ -68,6 +69,7 @@ def resumed_iteration(text: str) -> int:
     return int(found)
 
 
+@pytest.mark.slow  # each kill case starts two Python processes that import the mm libraries
 @pytest.mark.parametrize('point, target, resumes_at', [
     ('write', 'iter_4.pth', 2),              # the new checkpoint is half written
     ('rename', 'iter_4.pth', 2),             # complete, under its temporary name
@@ -88,6 +90,7 @@ def test_kill_during_a_save_with_max_keep_ckpts_1_loses_nothing(tmp_path, point,
     assert (work / 'last_checkpoint').read_text().strip() == str(work / 'iter_8.pth')
 
 
+@pytest.mark.slow
 def test_resume_skips_a_truncated_newest_checkpoint_and_says_why(tmp_path):
     config = toy_config_file(tmp_path, max_iters=4, interval=2)
     work = tmp_path / 'work'
@@ -103,6 +106,7 @@ def test_resume_skips_a_truncated_newest_checkpoint_and_says_why(tmp_path):
     assert torch.load(work / 'iter_6.pth', weights_only=True)['meta']['iter'] == 6
 
 
+@pytest.mark.slow
 def test_resume_refuses_when_no_checkpoint_is_intact(tmp_path):
     config = toy_config_file(tmp_path, max_iters=2, interval=2)
     work = tmp_path / 'work'
@@ -111,3 +115,19 @@ def test_resume_refuses_when_no_checkpoint_is_intact(tmp_path):
     proc = train(config, '--resume')
     assert proc.returncode != 0
     assert 'none of the 1 checkpoints' in proc.stderr and 'unreadable' in proc.stderr
+
+
+@pytest.mark.parametrize('config', sorted((ROOT / 'configs').glob('*/demo/*.py')), ids=lambda p: p.name)
+def test_safe_runtime_fragment_combines_with_every_demo_config_and_builds(tmp_path, config):
+    from mmengine.registry import HOOKS
+
+    from projects.lisa.engine.checkpoint_hook import SafeRuntimeHook
+    from projects.lisa.engine.nonfinite import NonFiniteGuardHook
+    from projects.lisa.engine.safe_runtime import FRAGMENT, add_safe_runtime
+    combined = tmp_path / 'combined.py'
+    combined.write_text(f"_base_ = ['{config}', '{FRAGMENT}']\n")  # the fragment as a second base: no key clash
+    cfg = Config.fromfile(str(combined))
+    hooks = [HOOKS.build(h) for h in cfg.custom_hooks]
+    assert [type(h) for h in hooks] == [SafeRuntimeHook, NonFiniteGuardHook]
+    add_safe_runtime(cfg)  # what tools/train.py does: nothing to add here
+    assert len(cfg.custom_hooks) == 2

@@ -6,7 +6,7 @@
 # short edge to 73 = 64 x 256 / 224, centre crop 64), 2 epochs of 8 images on one process with a
 # 1-epoch warm-up, 5 classes, the data root.
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
-_base_ = ['../pvt-tiny_lisa_8xb128_in1k.py', '../../_base_/safe_runtime.py']
+_base_ = '../pvt-tiny_lisa_8xb128_in1k.py'
 
 data_root = 'data/synthetic/imagenet'
 img_size = 64

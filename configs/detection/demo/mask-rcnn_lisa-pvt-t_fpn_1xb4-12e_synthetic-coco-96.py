@@ -6,7 +6,7 @@
 # process, a one-epoch warm-up, evaluation at the end only, the data root, and
 # the backbone starts from scratch (there are no ImageNet weights to load here).
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
-_base_ = ['../mask-rcnn_lisa-pvt-t_fpn_1x_coco.py', '../../_base_/safe_runtime.py']
+_base_ = '../mask-rcnn_lisa-pvt-t_fpn_1x_coco.py'
 
 data_root = 'data/synthetic/coco/'
 scale = (160, 96)  # the recipe's (1333, 800) at the demo's size

@@ -4,7 +4,7 @@
 # schedule (150 iterations of 4 images, one process), data root, BN instead of SyncBN, and
 # the backbone starts from scratch (there are no ImageNet weights to load here).
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
-_base_ = ['../fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py', '../../_base_/safe_runtime.py']
+_base_ = '../fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'
 
 data_root = 'data/synthetic/ade/ADEChallengeData2016'
 crop_size = (96, 96)
