@@ -9,6 +9,7 @@ for two gloo processes (``torchrun --nproc_per_node 2``). The toy of
 """
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -98,7 +99,6 @@ def test_killed_and_resumed_demo_run_ends_bitwise_equal_to_the_uninterrupted_run
     extra = ['--launcher', 'pytorch'] if processes == 2 else []
     options = ['--cfg-options', *ITERS, f'train_dataloader.batch_size={4 // processes}']
     straight, killed = seg_workspace / f'straight{processes}', seg_workspace / f'killed{processes}'
-    import subprocess
     proc = subprocess.run([*launch, str(ROOT / 'tools/train.py'), str(SEG_DEMO), '--work-dir', str(straight),
                            *extra, *options], cwd=seg_workspace, env=environment(), capture_output=True, text=True,
                           timeout=600)
