@@ -14,6 +14,7 @@ from mmengine.config import Config, DictAction
 
 from projects.lisa.engine.data_check import Runner, check_data_roots
 from projects.lisa.engine.dist import setup_cpu_distributed
+from projects.lisa.engine.safe_runtime import add_safe_runtime
 
 
 def parse_args() -> argparse.Namespace:
@@ -40,6 +41,7 @@ def main() -> None:
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         'work_dirs', osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
+    add_safe_runtime(cfg)  # a metric computed from non-finite predictions fails instead of printing a number
     try:
         check_data_roots(cfg, ('test_dataloader', ))
     except FileNotFoundError as error:

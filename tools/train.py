@@ -1,10 +1,17 @@
 """Train any LiSA config (segmentation, detection, classification) with MMEngine.
 
 Same interface as the train.py of mmseg / mmdet / mmpretrain (``mim train``
-runs those; this one adds CPU multi-process support):
+runs those; this one adds CPU multi-process support, a preflight and a safe
+runtime):
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--check-data]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--check-data] [--dry-run]
     torchrun --nproc_per_node N tools/train.py CONFIG --launcher pytorch
+
+``--dry-run`` builds the model, loads its weights, reads one batch of each data
+loader, trains one step, checks that everything is finite, prints the recipe and
+exits (non-zero on any problem). Every run gets the hooks of
+``configs/_base_/safe_runtime.py`` (crash-safe checkpoints, exact resume,
+stop on non-finite values) if its config does not list them already.
 """
 from __future__ import annotations
 
@@ -15,9 +22,12 @@ import sys
 
 from mmengine.config import Config, DictAction
 
+from projects.lisa.engine.amp import enable_amp
 from projects.lisa.engine.data_check import Runner, check_data_roots
 from projects.lisa.engine.data_validation import check_config_data, report
 from projects.lisa.engine.dist import setup_cpu_distributed
+from projects.lisa.engine.resume import find_resumable_checkpoint
+from projects.lisa.engine.safe_runtime import add_safe_runtime
 
 
 def parse_args() -> argparse.Namespace:
@@ -25,16 +35,45 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('config', help='config file')
     parser.add_argument('--work-dir', help='where logs and checkpoints go (default: work_dirs/<config>)')
     parser.add_argument('--resume', nargs='?', const='auto', default=None,
-                        help='resume from CKPT, or from the latest checkpoint in the work dir if no CKPT')
-    parser.add_argument('--amp', action='store_true', help='automatic mixed precision')
+                        help='resume from CKPT, or from the newest intact checkpoint in the work dir if no CKPT')
+    parser.add_argument('--amp', action='store_true',
+                        help='automatic mixed precision (fp16 on CUDA, bf16 autocast on a CPU)')
     parser.add_argument('--check-data', action='store_true',
                         help='first check every training and validation sample (tools/check_data.py); stop on errors')
+    parser.add_argument('--dry-run', action='store_true',
+                        help='preflight: build, load weights, read one batch per loader, train one step, print the '
+                             'recipe, exit non-zero on any problem')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config entries, key=value')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args()
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args
+
+
+def choose_resume(cfg: Config, resume: str | None) -> None:
+    """Set ``cfg.resume`` / ``cfg.load_from`` for ``--resume [CKPT]``; without CKPT, the newest intact checkpoint."""
+    if resume is None:
+        return
+    cfg.resume = True
+    if resume != 'auto':
+        cfg.load_from = resume
+        return
+    path, skipped = find_resumable_checkpoint(cfg.work_dir)
+    talk = os.environ.get('RANK', '0') == '0'
+    for bad, why in skipped:
+        if talk:
+            print(f'--resume: skipping {bad}: {why}', file=sys.stderr)
+    if path is None and skipped:
+        sys.exit(f'--resume: none of the {len(skipped)} checkpoints in {cfg.work_dir} can be resumed from (see '
+                 'above); pass one with --resume CKPT, or move them away to start afresh')
+    if talk:
+        print(f'--resume: resuming from {path}' if path else
+              f'--resume: no checkpoint in {cfg.work_dir}; starting from the beginning', file=sys.stderr)
+    if path is None:
+        cfg.resume = False  # a fresh run: from the config's load_from, if any
+    else:
+        cfg.load_from = path
 
 
 def main() -> None:
@@ -45,13 +84,13 @@ def main() -> None:
         cfg.merge_from_dict(args.cfg_options)
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         'work_dirs', osp.splitext(osp.basename(args.config))[0])
+    add_safe_runtime(cfg)
     if args.amp:
-        cfg.optim_wrapper.type = 'AmpOptimWrapper'
-        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
-    if args.resume == 'auto':
-        cfg.resume, cfg.load_from = True, None
-    elif args.resume is not None:
-        cfg.resume, cfg.load_from = True, args.resume
+        try:
+            print(enable_amp(cfg), file=sys.stderr)
+        except ValueError as error:
+            sys.exit(str(error))
+    choose_resume(cfg, args.resume)
     try:
         check_data_roots(cfg, ('train_dataloader', 'val_dataloader'))
     except FileNotFoundError as error:
@@ -62,6 +101,9 @@ def main() -> None:
         if any(p.error for p in problems):
             sys.exit(f'--check-data: invalid data, nothing trained:\n{report(problems)}')
         print(f'--check-data: {report(problems) if problems else "all samples valid"}')
+    if args.dry_run:
+        from projects.lisa.engine.preflight import preflight
+        sys.exit(1 if preflight(cfg) else 0)
     setup_cpu_distributed(cfg)
     Runner.from_cfg(cfg).train()
 

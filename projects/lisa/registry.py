@@ -29,6 +29,9 @@ def register_all_modules() -> list[str]:
     # torch.load(weights_only=True); it does not turn the check off.
     from .engine.checkpoint import allow_mmengine_checkpoints
     allow_mmengine_checkpoints()
+    # The run-safety hooks and the CPU mixed-precision wrapper of configs/_base_/safe_runtime.py and
+    # tools/train.py register themselves into MMEngine's root HOOKS / OPTIM_WRAPPERS (seen from every scope).
+    from .engine import amp, checkpoint_hook, nonfinite  # noqa: F401
     scopes = [s for s in SCOPES if importlib.util.find_spec(s) is not None]
     modules = _modules()
     for scope in scopes:

@@ -1,0 +1,104 @@
+"""What a resumed run needs beyond MMEngine's checkpoint: the random state, and an intact file to start from.
+
+MMEngine 0.10.7 saves weights, optimizer, schedulers and the iteration; the loop
+then replays the data loader to the saved position (the sampler's order is a
+function of the seed and the epoch). It does not save the random number
+generators, so dropout, drop-path and the random augmentations of the main
+process draw different numbers after a resume. :func:`rng_state` /
+:func:`set_rng_state` capture and restore Python's, NumPy's and torch's (CPU and
+CUDA) generators; :class:`~.checkpoint_hook.SafeCheckpointHook` stores one state
+per rank and restores it exactly where the uninterrupted run stood: after the
+replay of the data loader, before the first new batch is read.
+
+:func:`find_resumable_checkpoint` picks the newest checkpoint of a work dir that
+loads and holds finite weights, and says which newer ones it skipped and why.
+"""
+from __future__ import annotations
+
+import os
+import os.path as osp
+import random
+import re
+
+import numpy as np
+import torch
+
+CHECKPOINT_NAME = re.compile(r'^(iter|epoch)_(\d+)\.pth$')
+
+
+def rng_state() -> dict:
+    """The state of every random number generator a training step may draw from."""
+    state = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state['cuda'] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore a state of :func:`rng_state`."""
+    random.setstate(state['python'])
+    np.random.set_state(state['numpy'])
+    torch.set_rng_state(state['torch'])
+    if 'cuda' in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state['cuda'])
+
+
+class RestoreAfterReplay:
+    """Wraps a train loop's data iterator: after ``replay`` batches, restore a random state, then pass through.
+
+    ``IterBasedTrainLoop.run`` replays ``iter`` batches to reach the saved position
+    of the sampler; the replay draws augmentation randomness, so the saved state
+    is restored only when the first new batch is requested.
+    """
+
+    def __init__(self, iterator, replay: int, state: dict) -> None:
+        self.iterator, self.replay, self.state = iterator, replay, state
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.replay == 0 and self.state is not None:
+            set_rng_state(self.state)
+            self.state = None
+        self.replay -= 1
+        return next(self.iterator)
+
+
+def checkpoint_problem(path: str) -> str | None:
+    """Why the checkpoint at ``path`` cannot be resumed from, or ``None`` if it can."""
+    try:
+        checkpoint = torch.load(path, map_location='cpu', weights_only=True, mmap=True)
+    except Exception as error:  # a truncated zip, a partial pickle, an unreadable file
+        return f'unreadable ({type(error).__name__}: {str(error).splitlines()[0][:160]})'
+    if not isinstance(checkpoint, dict) or 'state_dict' not in checkpoint or 'meta' not in checkpoint:
+        return 'not a training checkpoint (no state_dict / meta)'
+    from .nonfinite import nonfinite_tensors
+    bad = nonfinite_tensors(checkpoint['state_dict'].items())
+    if bad:
+        return f'{len(bad)} of {len(checkpoint["state_dict"])} weights non-finite (first: {bad[:3]})'
+    return None
+
+
+def find_resumable_checkpoint(work_dir: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """The newest intact ``iter_N.pth`` / ``epoch_N.pth`` of ``work_dir`` and the newer ones skipped, with why.
+
+    Candidates are the checkpoints in ``work_dir`` and in the folder named by its
+    ``last_checkpoint`` file (a ``CheckpointHook(out_dir=...)`` elsewhere), newest
+    (largest N, then latest modification) first.
+    """
+    folders = {work_dir}
+    pointer = osp.join(work_dir, 'last_checkpoint')
+    if osp.isfile(pointer):
+        with open(pointer) as f:
+            folders.add(osp.dirname(f.read().strip()) or work_dir)
+    candidates = [osp.join(d, name) for d in folders if osp.isdir(d) for name in os.listdir(d)
+                  if CHECKPOINT_NAME.match(name)]
+    candidates.sort(key=lambda p: (int(CHECKPOINT_NAME.match(osp.basename(p))[2]), osp.getmtime(p)), reverse=True)
+    skipped = []
+    for path in candidates:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path, skipped
+        skipped.append((path, problem))
+    return None, skipped
