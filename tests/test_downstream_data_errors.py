@@ -211,3 +211,12 @@ def test_invalid_coco_annotation_is_named_with_its_id_value_and_what_is_valid(co
     assert f'{ann_file} (annotation id {first["id"]}, image ' in message
     for text in texts:
         assert text in message
+
+
+def test_data_paths_of_a_dataset_whose_prefix_is_one_folder():
+    # mmpretrain's ImageNet takes data_prefix='train' (a string), mmseg/mmdet a dict.
+    from projects.lisa.engine.data_check import dataset_files
+    assert dataset_files(dict(data_root='data/imagenet', data_prefix='train', ann_file='meta/train.txt')) == [
+        'data/imagenet', 'data/imagenet/train', 'data/imagenet/meta/train.txt']
+    assert dataset_files(dict(data_root='d', data_prefix=dict(img_path='images', seg_map_path=''))) == [
+        'd', 'd/images']

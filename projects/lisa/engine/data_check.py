@@ -72,7 +72,8 @@ def dataset_files(dataset: Mapping) -> list[str]:
     root = dataset.get('data_root')
     files = [root] if root else []
     prefix = dataset.get('data_prefix') or {}
-    files += [_join(root, p) for p in prefix.values() if isinstance(p, str) and p]
+    prefixes = [prefix] if isinstance(prefix, str) else prefix.values()  # mmpretrain: one folder
+    files += [_join(root, p) for p in prefixes if isinstance(p, str) and p]
     if dataset.get('ann_file'):
         files.append(_join(root, dataset['ann_file']))
     return files
