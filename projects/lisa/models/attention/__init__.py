@@ -1,8 +1,9 @@
-"""Attention family: softmax, plain linear, FLatten and LiSA, built by name.
+"""Attention family: softmax, plain linear, FLatten, linear angular and LiSA, built by name.
 
 Depends on torch alone (no OpenMMLab import), so the operator and its
 benchmarks run anywhere torch does.
 """
+from .angular import AngularAttention
 from .base import ATTENTIONS, KernelAttention, build_attention, register_attention
 from .linear import FocusedLinearAttention, LinearAttention
 from .lisa import LiSAAttention
@@ -10,5 +11,5 @@ from .softmax import SoftmaxAttention
 
 __all__ = [
     'ATTENTIONS', 'build_attention', 'register_attention', 'KernelAttention', 'SoftmaxAttention',
-    'LinearAttention', 'FocusedLinearAttention', 'LiSAAttention'
+    'LinearAttention', 'FocusedLinearAttention', 'AngularAttention', 'LiSAAttention'
 ]
