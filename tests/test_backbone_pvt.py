@@ -10,9 +10,9 @@ import torch.nn.functional as F
 
 import projects.lisa  # noqa: F401  (registers the backbones)
 from projects.lisa.models.attention import FocusedLinearAttention, LinearAttention, LiSAAttention, SoftmaxAttention
-from projects.lisa.models.backbones import utils
-from projects.lisa.models.backbones.pvt import LiSAPVT, convert_pvt_checkpoint
-from projects.lisa.models.backbones.utils import load_pretrained
+from projects.lisa.models.backbones import base
+from projects.lisa.models.backbones.loading import IncompleteCheckpointError, load_pretrained
+from projects.lisa.models.backbones.pvt import LiSAPVT
 
 mmdet_pvt = pytest.importorskip('mmdet.models.backbones.pvt')
 MMDET_CONFIGS = Path(mmdet_pvt.__file__).parents[2] / '.mim' / 'configs'
@@ -166,7 +166,7 @@ def test_position_embedding_is_resized_bilinearly_from_the_pretraining_grid():
     stage.pos_embed.data.normal_()
     grid = stage.pos_embed.reshape(1, 16, 16, 8).permute(0, 3, 1, 2)
     expected = F.interpolate(grid, size=(24, 10), mode='bilinear', align_corners=False).flatten(2).transpose(1, 2)
-    got = utils.resize_grid_tokens(stage.pos_embed, stage.pos_shape, (24, 10), 'bilinear')
+    got = base.resize_grid_tokens(stage.pos_embed, stage.pos_shape, (24, 10), 'bilinear')
     torch.testing.assert_close(got, expected)
 
 
@@ -179,7 +179,7 @@ def test_stochastic_depth_rises_linearly_over_the_blocks():
 
 def test_with_cp_gives_the_same_outputs_and_gradients_in_train_mode(monkeypatch):
     calls = []
-    monkeypatch.setattr(utils, 'checkpoint', lambda *a, **k: calls.append(1) or torch.utils.checkpoint.checkpoint(
+    monkeypatch.setattr(base, 'checkpoint', lambda *a, **k: calls.append(1) or torch.utils.checkpoint.checkpoint(
         *a, **k))
     kwargs = dict(arch=TINY, pretrain_img_size=64, drop_rate=0.1, drop_path_rate=0.3)
     plain, cp = LiSAPVT(**kwargs).train(), LiSAPVT(with_cp=True, **kwargs).train()
@@ -249,33 +249,37 @@ def test_mmpretrain_classifier_checkpoint_loads_back_exactly_with_the_backbone_p
     assert model.state_dict().keys() == classifier.backbone.state_dict().keys()
     for key, value in classifier.backbone.state_dict().items():
         assert torch.equal(model.state_dict()[key], value), key
-    report = load_pretrained(LiSAPVT(arch=TINY, pretrain_img_size=64), str(tmp_path / 'cls.pth'), 'backbone.',
-                             convert_pvt_checkpoint)
-    assert report.complete and not report.converted and len(report.loaded) == len(model.state_dict())
+    report = load_pretrained(LiSAPVT(arch=TINY, pretrain_img_size=64), str(tmp_path / 'cls.pth'), 'backbone.')
+    assert not (report.missing or report.new or report.unexpected or report.converted)
+    assert len(report.loaded) == len(model.state_dict())
 
 
-def test_official_checkpoint_initialises_every_shared_weight_and_reports_the_lisa_ones_as_new(tmp_path):
+def test_official_checkpoint_initialises_every_shared_weight_and_lists_the_lisa_ones_as_new(tmp_path):
     official = official_pvt_state_dict(TINY['embed_dims'], TINY['depths'], TINY['mlp_ratios'], (8, 4, 2, 1), img=64)
     torch.save({'model': official}, tmp_path / 'pvt_tiny.pth')
+    lisa_only = ('scale', 'positional_encoding.weight', 'dwc.weight', 'dwc.bias', 'alpha', 'step_mlp.0.weight',
+                 'step_mlp.0.bias', 'step_mlp.2.weight', 'step_mlp.2.bias')
+    expected_new = sorted(f'stages.{s}.blocks.0.attn.{n}' for s in range(4) for n in lisa_only)
+    with pytest.raises(IncompleteCheckpointError, match=r'(?s)NOT IN THE CHECKPOINT \(36\).*allow_new=') as error:
+        load_pretrained(LiSAPVT(arch=TINY, pretrain_img_size=64), str(tmp_path / 'pvt_tiny.pth'))
+    assert all(key in str(error.value) for key in expected_new)
+
     model = LiSAPVT(arch=TINY, pretrain_img_size=64)
     model.init_weights()
     fresh = copy.deepcopy(model.state_dict())
-    report = load_pretrained(model, str(tmp_path / 'pvt_tiny.pth'), convert=convert_pvt_checkpoint)
-
-    lisa_only = ('scale', 'positional_encoding.weight', 'dwc.weight', 'dwc.bias', 'alpha', 'step_mlp.0.weight',
-                 'step_mlp.0.bias', 'step_mlp.2.weight', 'step_mlp.2.bias')
-    assert report.converted and not report.mismatched and not report.resized
-    assert sorted(report.missing) == sorted(f'stages.{s}.blocks.0.attn.{n}' for s in range(4) for n in lisa_only)
+    report = load_pretrained(model, str(tmp_path / 'pvt_tiny.pth'), allow_new=[f'*.attn.{n}*' for n in lisa_only])
+    assert report.converted and not report.mismatched and not report.resized and not report.missing
+    assert sorted(report.new) == expected_new
     assert sorted(report.unexpected) == sorted(f'stages.{s}.blocks.0.attn.{n}.{t}' for s in range(3)
                                                for n in ('sr', 'norm') for t in ('weight', 'bias'))
     state = model.state_dict()
-    for key in report.missing:
+    for key in report.new:
         assert torch.equal(state[key], fresh[key]), key
     torch.testing.assert_close(state['stages.2.blocks.0.attn.qkv.weight'], torch.cat(
         [official['block3.0.attn.q.weight'], official['block3.0.attn.kv.weight']]))
     torch.testing.assert_close(state['stages.3.pos_embed'], official['pos_embed4'][:, 1:])
     torch.testing.assert_close(state['stages.1.blocks.0.ffn.layers.1.weight'], official['block2.0.mlp.fc2.weight'])
-    assert 'newly initialised, not in the checkpoint (36)' in str(report)
+    assert 'new by design (allow_new), initialised (36)' in str(report)
     assert 'unused, not in this model (12)' in str(report)
 
 
@@ -285,8 +289,8 @@ def test_position_tables_from_another_pretraining_size_are_resized_bicubically(t
         p.data.normal_()
     torch.save({'state_dict': source.state_dict()}, tmp_path / 'small.pth')
     model = LiSAPVT(arch=TINY, pretrain_img_size=64)
-    report = load_pretrained(model, str(tmp_path / 'small.pth'), convert=convert_pvt_checkpoint)
-    assert report.complete and len(report.resized) == 8
+    report = load_pretrained(model, str(tmp_path / 'small.pth'))
+    assert not report.missing and not report.unexpected and len(report.resized) == 8
     for key in ('stages.0.pos_embed', 'stages.2.blocks.0.attn.positional_encoding.weight'):
         old = source.state_dict()[key]
         side = math.isqrt(old.shape[1])
@@ -295,22 +299,17 @@ def test_position_tables_from_another_pretraining_size_are_resized_bicubically(t
         torch.testing.assert_close(model.state_dict()[key], expected)
 
 
-def test_shape_mismatches_are_reported_and_left_initialised(tmp_path):
+def test_shape_mismatches_are_an_error_that_lists_them_and_loads_nothing(tmp_path):
     source = LiSAPVT(arch=dict(TINY, mlp_ratios=[4, 2, 2, 2]), pretrain_img_size=64)
     torch.save(source.state_dict(), tmp_path / 'other.pth')
     model = LiSAPVT(arch=TINY, pretrain_img_size=64)
     fresh = copy.deepcopy(model.state_dict())
-    report = load_pretrained(model, str(tmp_path / 'other.pth'), convert=convert_pvt_checkpoint)
-    assert [(k, a, b) for k, a, b in report.mismatched] == [
-        ('stages.0.blocks.0.ffn.layers.0.0.weight', (32, 8), (16, 8)),
-        ('stages.0.blocks.0.ffn.layers.0.0.bias', (32,), (16,)),
-        ('stages.0.blocks.0.ffn.layers.1.weight', (8, 32), (8, 16))]
-    assert not report.missing and not report.unexpected and not report.complete
-    assert 'stages.0.blocks.0.ffn.layers.1.weight checkpoint (8, 32) vs model (8, 16)' in str(report)
-    for key, _, _ in report.mismatched:
-        assert torch.equal(model.state_dict()[key], fresh[key])
-    torch.testing.assert_close(model.state_dict()['stages.1.blocks.0.attn.qkv.weight'],
-                               source.state_dict()['stages.1.blocks.0.attn.qkv.weight'])
+    with pytest.raises(IncompleteCheckpointError,
+                       match=r'SHAPE MISMATCH \(3\): stages.0.blocks.0.ffn.layers.0.0.weight '
+                       r'checkpoint \(32, 8\) vs model \(16, 8\), .*ffn.layers.1.weight checkpoint \(8, 32\)'):
+        load_pretrained(model, str(tmp_path / 'other.pth'))
+    for key, value in fresh.items():
+        assert torch.equal(model.state_dict()[key], value), key
 
 
 def test_a_prefix_absent_from_the_checkpoint_is_an_error(tmp_path):
@@ -328,12 +327,15 @@ def test_a_prefix_absent_from_the_checkpoint_is_an_error(tmp_path):
     (dict(arch=dict(embed_dims=[8], depths=[1])), ValueError, 'custom arch must be a dict with exactly the keys'),
     (dict(arch=dict(TINY, depths=[1, 1, 1])), ValueError, r'one entry per stage .* lengths'),
     (dict(attn_cfgs=[dict(type='lisa')] * 3), ValueError, r'attn_cfgs has 3 entries; .* per stage \(4\)'),
-    (dict(attn_cfgs=dict(type='performer')), ValueError, r"attn_cfgs\[0\].*'performer'.*'flatten', 'linear'"),
-    (dict(attn_cfgs=dict(type='window')), ValueError, r"one of \['flatten', 'linear', 'lisa', 'softmax'\]"),
-    (dict(attn_cfgs=dict(type='lisa', sr_ratio=2)), TypeError, r"stage 0 attention .*sr_ratio"),
-    (dict(attn_cfgs=dict(type='lisa', num_steps=0)), ValueError, r'stage 0 attention .*num_steps=0'),
+    (dict(attn_cfgs=dict(type='performer')), ValueError,
+     r"attn_cfgs\[0\].*'performer'.*one of \['flatten', 'linear', 'lisa', 'softmax', 'window'\]"),
+    (dict(pretrain_img_size=(64,)), ValueError, r'pretrain_img_size=\(64,\) must be a positive int or a pair'),
+    (dict(pretrain_img_size=(64, 64, 64)), ValueError, r'pretrain_img_size=\(64, 64, 64\) must be'),
+    (dict(attn_cfgs=dict(type='lisa', sr_ratio=2)), TypeError, r"stage 0, block 0: attention .*sr_ratio"),
+    (dict(attn_cfgs=dict(type='lisa', num_steps=0)), ValueError, r'stage 0, block 0: attention .*num_steps=0'),
     (dict(patch_sizes=(4, 2, 2)), ValueError, r'patch_sizes=\(4, 2, 2\) needs one entry per stage \(4\)'),
-    (dict(out_indices=(0, 4)), ValueError, r'out_indices=\(0, 4\) must be distinct stage indices in \[0, 4\)'),
+    (dict(out_indices=(0, 4)), ValueError, r'out_indices=\(0, 4\) must be .* distinct stage indices in \[-4, 4\)'),
+    (dict(out_indices={1: 1}), ValueError, r'out_indices=\{1: 1\} must be an int or a list'),
     (dict(frozen_stages=5), ValueError, r'frozen_stages=5 must be in \[-1, 4\]'),
 ])
 def test_bad_configurations_are_rejected_with_a_clear_message(kwargs, error, match):
@@ -346,6 +348,6 @@ def test_arch_names_short_and_long_give_the_paper_presets():
     paper_depths = dict(tiny=[2, 2, 2, 2], small=[3, 4, 6, 3], medium=[3, 4, 18, 3], large=[3, 8, 27, 3])
     for name, depths in paper_depths.items():
         for alias in (name, name[0], name.upper()):
-            settings = utils.resolve_arch(alias, LiSAPVT.arch_zoo, LiSAPVT.arch_keys)
+            settings = LiSAPVT.resolve_arch(alias)
             assert settings == dict(embed_dims=[64, 128, 320, 512], depths=depths, num_heads=[1, 2, 5, 8],
                                     mlp_ratios=[8, 8, 4, 4])

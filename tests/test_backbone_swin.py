@@ -11,16 +11,23 @@ import torch
 import torch.nn.functional as F
 
 import projects.lisa  # noqa: F401  (registers the backbones)
-from projects.lisa.models.attention import FocusedLinearAttention, LinearAttention, LiSAAttention, SoftmaxAttention
-from projects.lisa.models.backbones import utils
-from projects.lisa.models.backbones.swin import LiSASwinTransformer, ShiftedWindowAttention, convert_swin_checkpoint
-from projects.lisa.models.backbones.utils import load_pretrained
+from projects.lisa.models.attention import (
+    FocusedLinearAttention,
+    LinearAttention,
+    LiSAAttention,
+    ShiftedWindowAttention,
+    SoftmaxAttention,
+)
+from projects.lisa.models.backbones import base
+from projects.lisa.models.backbones.loading import load_pretrained
+from projects.lisa.models.backbones.swin import LiSASwinTransformer
 
 mmseg_swin = pytest.importorskip('mmseg.models.backbones.swin')
 MMSEG_CONFIGS = Path(mmseg_swin.__file__).parents[2] / '.mim' / 'configs'
 
 TINY = dict(embed_dims=8, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
-SMALL_INPUT = dict(arch=TINY, window_size=4, pretrain_img_size=64)
+WINDOW4 = dict(type='window', window_size=4)
+SMALL_INPUT = dict(arch=TINY, attn_cfgs=[dict(type='lisa')] * 2 + [WINDOW4] * 2, pretrain_img_size=64)
 ATTENTION_CLASSES = dict(window=ShiftedWindowAttention, softmax=SoftmaxAttention, linear=LinearAttention,
                          flatten=FocusedLinearAttention, lisa=LiSAAttention)
 LISA_ONLY = ('scale', 'positional_encoding.weight', 'dwc.weight', 'dwc.bias', 'alpha', 'step_mlp.0.weight',
@@ -70,8 +77,8 @@ def official_swin_state_dict(embed_dims, depths, num_heads, window=7, img=224):
     return sd
 
 
-def pretrained(path, prefix=None):
-    return dict(type='Pretrained', checkpoint=str(path), **({'prefix': prefix} if prefix else {}))
+def pretrained(path, prefix=None, **kwargs):
+    return dict(type='Pretrained', checkpoint=str(path), **({'prefix': prefix} if prefix else {}), **kwargs)
 
 
 # ---------------------------------------------------------------- scaffolding parity with mmseg
@@ -118,7 +125,7 @@ def test_window_model_computes_what_mmseg_swin_computes_from_the_same_official_c
 
     torch.save({'model': official}, tmp_path / 'swin_official.pth')
     ours = LiSASwinTransformer(arch=TINY, attn_cfgs=dict(type='window'),
-                               init_cfg=pretrained(tmp_path / 'swin_official.pth'))
+                               init_cfg=pretrained(tmp_path / 'swin_official.pth', allow_new=['norm[012].*']))
     ours.init_weights()
     ours.eval()
     x = torch.randn(2, 3, *size)
@@ -131,9 +138,9 @@ def test_official_patch_merging_weights_merge_the_2x2_neighbourhood_as_the_offic
     official = official_swin_state_dict(**TINY)
     torch.save({'model': official}, tmp_path / 'swin_official.pth')
     model = LiSASwinTransformer(arch=TINY, attn_cfgs=dict(type='window'))
-    report = load_pretrained(model, str(tmp_path / 'swin_official.pth'), convert=convert_swin_checkpoint)
-    assert report.converted and not report.unexpected and not report.mismatched
-    assert sorted(report.missing) == sorted(f'norm{i}.{t}' for i in range(3) for t in ('weight', 'bias'))
+    report = load_pretrained(model, str(tmp_path / 'swin_official.pth'), allow_new=['norm[012].*'])
+    assert report.converted and not report.unexpected and not report.mismatched and not report.missing
+    assert sorted(report.new) == sorted(f'norm{i}.{t}' for i in range(3) for t in ('weight', 'bias'))
     x = torch.randn(1, 6, 8, 8)  # (B, H, W, C) with C = 8 channels of stage 1
     expected = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]], -1).flatten(1, 2)
     expected = F.layer_norm(expected, (32,), official['layers.0.downsample.norm.weight'],
@@ -151,9 +158,9 @@ def test_mmseg_swin_backbone_checkpoint_loads_and_computes_the_same(tmp_path):
     for p in reference.parameters():
         p.data.normal_(0, 0.2)
     torch.save({'state_dict': {'backbone.' + k: v for k, v in reference.state_dict().items()}}, tmp_path / 'mm.pth')
-    ours = LiSASwinTransformer(attn_cfgs=dict(type='window'), **SMALL_INPUT).eval()
-    report = load_pretrained(ours, str(tmp_path / 'mm.pth'), 'backbone.', convert_swin_checkpoint)
-    assert report.complete and report.converted
+    ours = LiSASwinTransformer(**dict(SMALL_INPUT, attn_cfgs=WINDOW4)).eval()
+    report = load_pretrained(ours, str(tmp_path / 'mm.pth'), 'backbone.')
+    assert report.converted and not (report.new or report.unexpected)
     x = torch.randn(1, 3, 64, 48)
     with torch.no_grad():
         for a, b in zip(ours(x), reference(x), strict=True):
@@ -177,7 +184,7 @@ def test_default_is_lisa_over_the_whole_map_in_stages_1_2_and_shifted_7x7_window
 
 @pytest.mark.parametrize('name', sorted(ATTENTION_CLASSES))
 def test_every_attention_runs_in_every_stage(name):
-    model = LiSASwinTransformer(attn_cfgs=dict(type=name), **SMALL_INPUT)
+    model = LiSASwinTransformer(**dict(SMALL_INPUT, attn_cfgs=WINDOW4 if name == 'window' else dict(type=name)))
     assert all(type(b.attn) is ATTENTION_CLASSES[name] for s in model.stages for b in s.blocks)
     x = torch.randn(1, 3, 64, 64, requires_grad=True)
     outs = model(x)
@@ -189,7 +196,7 @@ def test_every_attention_runs_in_every_stage(name):
 def test_stages_take_their_own_attention_and_its_hyper_parameters():
     cfgs = [dict(type='lisa', num_steps=2, local_kernel_size=5), dict(type='softmax'),
             dict(type='flatten', dwc_kernel_size=3), dict(type='window', window_size=2)]
-    model = LiSASwinTransformer(attn_cfgs=cfgs, qkv_bias=False, attn_drop_rate=0.1, drop_rate=0.2, **SMALL_INPUT)
+    model = LiSASwinTransformer(**dict(SMALL_INPUT, attn_cfgs=cfgs), qkv_bias=False, attn_drop_rate=0.1, drop_rate=0.2)
     a0, a1, a2, a3 = (s.blocks[1].attn for s in model.stages)
     assert (a0.num_steps, a0.local_kernel_size, a0.positional_encoding.pos_shape) == (2, 5, (16, 16))
     assert type(a1) is SoftmaxAttention and (a1.sr_ratio, a1.attn_drop) == (1, 0.1)
@@ -231,7 +238,7 @@ def test_stochastic_depth_rises_linearly_over_the_blocks():
 
 def test_with_cp_gives_the_same_outputs_and_gradients_in_train_mode(monkeypatch):
     calls = []
-    monkeypatch.setattr(utils, 'checkpoint', lambda *a, **k: calls.append(1) or torch.utils.checkpoint.checkpoint(
+    monkeypatch.setattr(base, 'checkpoint', lambda *a, **k: calls.append(1) or torch.utils.checkpoint.checkpoint(
         *a, **k))
     kwargs = dict(SMALL_INPUT, drop_rate=0.1, attn_drop_rate=0.1, drop_path_rate=0.3)
     plain, cp = LiSASwinTransformer(**kwargs).train(), LiSASwinTransformer(with_cp=True, **kwargs).train()
@@ -308,15 +315,16 @@ def test_official_checkpoint_initialises_every_shared_weight_and_reports_the_lis
     model = LiSASwinTransformer(arch=TINY)
     model.init_weights()
     fresh = copy.deepcopy(model.state_dict())
-    report = load_pretrained(model, str(tmp_path / 'swin_tiny.pth'), convert=convert_swin_checkpoint)
+    allow_new = ['norm[012].*', *(f'stages.*.attn.{n}*' for n in LISA_ONLY)]
+    report = load_pretrained(model, str(tmp_path / 'swin_tiny.pth'), allow_new=allow_new)
 
     lisa_blocks = [f'stages.{i}.blocks.{j}.attn.' for i in (0, 1) for j in (0, 1)]
-    assert report.converted and not report.mismatched and not report.resized
+    assert report.converted and not report.mismatched and not report.resized and not report.missing
     output_norms = [f'norm{i}.{t}' for i in range(3) for t in ('weight', 'bias')]  # official: only the last
-    assert sorted(report.missing) == sorted([b + n for b in lisa_blocks for n in LISA_ONLY] + output_norms)
+    assert sorted(report.new) == sorted([b + n for b in lisa_blocks for n in LISA_ONLY] + output_norms)
     assert sorted(report.unexpected) == sorted(b + 'relative_position_bias_table' for b in lisa_blocks)
     state = model.state_dict()
-    for key in report.missing:
+    for key in report.new:
         assert torch.equal(state[key], fresh[key]), key
     for i, j in ((0, 1), (3, 0)):  # a LiSA and a window stage share the projections
         for name in ('attn.qkv.weight', 'attn.proj.bias', 'norm2.weight'):
@@ -330,13 +338,13 @@ def test_official_checkpoint_initialises_every_shared_weight_and_reports_the_lis
 
 
 def test_window_tables_of_another_window_size_are_resized_bicubically(tmp_path):
-    source = LiSASwinTransformer(attn_cfgs=dict(type='window'), **SMALL_INPUT)
+    source = LiSASwinTransformer(**dict(SMALL_INPUT, attn_cfgs=WINDOW4))
     for p in source.parameters():
         p.data.normal_()
     torch.save({'state_dict': source.state_dict()}, tmp_path / 'w4.pth')
-    model = LiSASwinTransformer(attn_cfgs=dict(type='window'), **dict(SMALL_INPUT, window_size=6))
-    report = load_pretrained(model, str(tmp_path / 'w4.pth'), convert=convert_swin_checkpoint)
-    assert report.complete and len(report.resized) == 8
+    model = LiSASwinTransformer(**dict(SMALL_INPUT, attn_cfgs=dict(type='window', window_size=6)))
+    report = load_pretrained(model, str(tmp_path / 'w4.pth'))
+    assert not (report.new or report.unexpected) and len(report.resized) == 8
     key = 'stages.1.blocks.1.attn.relative_position_bias_table'
     old = source.state_dict()[key]  # (7 * 7, heads)
     expected = F.interpolate(old.T.reshape(1, 2, 7, 7), size=(11, 11), mode='bicubic',
@@ -350,14 +358,15 @@ def test_window_tables_of_another_window_size_are_resized_bicubically(tmp_path):
 @pytest.mark.parametrize('kwargs, error, match', [
     (dict(arch='large'), ValueError, r"arch='large' is not one of \['b', 'base', 's', 'small', 't', 'tiny'\]"),
     (dict(arch=dict(embed_dims=8, depths=[2])), ValueError, 'custom arch must be a dict with exactly the keys'),
-    (dict(arch=dict(TINY, num_heads=[1, 2, 2])), ValueError, r'depths=\[2, 2, 2, 2\] and num_heads=\[1, 2, 2\]'),
+    (dict(arch=dict(TINY, num_heads=[1, 2, 2])), ValueError, r'one entry per stage .* lengths'),
     (dict(attn_cfgs=[dict(type='lisa')] * 2), ValueError, r'attn_cfgs has 2 entries; .* per stage \(4\)'),
     (dict(attn_cfgs=dict(type='swin')), ValueError,
      r"'swin'.*one of \['flatten', 'linear', 'lisa', 'softmax', 'window'\]"),
     (dict(attn_cfgs=dict(type='window', window_size=0)), ValueError, 'window_size=0 must be >= 1'),
     (dict(attn_cfgs=dict(type='flatten', focusing_factor=0.5)), ValueError,
-     r'stage 0 attention .*focusing_factor=0.5'),
-    (dict(out_indices=(-1,)), ValueError, r'out_indices=\(-1,\) must be distinct stage indices in \[0, 4\)'),
+     r'stage 0, block 0: attention .*focusing_factor=0.5'),
+    (dict(out_indices=(4,)), ValueError, r'out_indices=\(4,\) must be .* distinct stage indices in \[-4, 4\)'),
+    (dict(pretrain_img_size=(64,)), ValueError, r'pretrain_img_size=\(64,\) must be a positive int or a pair'),
     (dict(frozen_stages=-2), ValueError, r'frozen_stages=-2 must be in \[-1, 4\]'),
 ])
 def test_bad_configurations_are_rejected_with_a_clear_message(kwargs, error, match):
@@ -370,5 +379,5 @@ def test_arch_names_short_and_long_give_the_paper_presets():
                  base=(128, [2, 2, 18, 2], [4, 8, 16, 32]))
     for name, (dims, depths, heads) in paper.items():
         for alias in (name, name[0], name.upper()):
-            settings = utils.resolve_arch(alias, LiSASwinTransformer.arch_zoo, LiSASwinTransformer.arch_keys)
+            settings = LiSASwinTransformer.resolve_arch(alias)
             assert settings == dict(embed_dims=dims, depths=depths, num_heads=heads)

@@ -8,15 +8,15 @@ import torch.nn.functional as F
 import projects.lisa  # noqa: F401  (registers LiSAViT)
 from projects.lisa.models.attention import ATTENTIONS, KernelAttention
 from projects.lisa.models.attention.walk import geometric_weights
-from projects.lisa.models.backbones import vit
-from projects.lisa.models.backbones.vit import LiSAViT, convert_mmpretrain_vit
+from projects.lisa.models.backbones import base
+from projects.lisa.models.backbones.vit import LiSAViT, convert_vit_checkpoint
 
 mmpretrain_models = pytest.importorskip('mmpretrain.models')
 from mmpretrain.registry import MODELS  # noqa: E402
 from mmpretrain.structures import DataSample  # noqa: E402
 
 TINY = dict(embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64)
-TINY_KW = dict(arch=TINY, img_size=32, patch_size=8, drop_path_rate=0.0)
+TINY_KW = dict(arch=TINY, pretrain_img_size=32, patch_size=8, drop_path_rate=0.0)
 ATTENTION_TYPES = ('softmax', 'linear', 'flatten', 'lisa')
 
 
@@ -47,26 +47,26 @@ def count(model: torch.nn.Module) -> int:
                                                 (('deit-small', 'deit-s', 's'), 384, 6)])
 def test_arch_names_give_deit_settings(names, dims, heads):
     for name in names:
-        model = LiSAViT(arch=name, attn_cfg=dict(type='softmax'))
+        model = LiSAViT(arch=name, attn_cfgs=dict(type='softmax'))
         assert (model.embed_dims, model.num_layers, model.layers[0].attn.num_heads) == (dims, 12, heads)
         assert model.layers[0].ffn.layers[0][0].out_features == 4 * dims
-        assert model.layers[0].ln1.eps == model.ln1.eps == 1e-6
+        assert model.layers[0].norm1.eps == model.ln1.eps == 1e-6
         assert model.layers[0].attn.qkv.bias is not None
 
 
 def test_softmax_deit_tiny_has_mmpretrain_parameter_count_and_shapes():
-    ours = LiSAViT(arch='deit-tiny', attn_cfg=dict(type='softmax'))
+    ours = LiSAViT(arch='deit-tiny', attn_cfgs=dict(type='softmax'))
     ref = mmpretrain_models.VisionTransformer(arch='deit-tiny')
     assert count(ours) == count(ref)
-    converted = convert_mmpretrain_vit(ref.state_dict())
+    converted = convert_vit_checkpoint(ref.state_dict())
     assert {k: v.shape for k, v in converted.items()} == {k: v.shape for k, v in ours.state_dict().items()}
 
 
 @pytest.mark.parametrize('img', [224, 160])
 def test_converted_mmpretrain_deit_tiny_gives_same_class_token(img):
     ref = perturbed_mmpretrain_vit(arch='deit-tiny')
-    ours = LiSAViT(arch='deit-tiny', attn_cfg=dict(type='softmax')).eval()
-    ours.load_state_dict(convert_mmpretrain_vit(ref.state_dict()), strict=True)
+    ours = LiSAViT(arch='deit-tiny', attn_cfgs=dict(type='softmax')).eval()
+    ours.load_state_dict(ref.state_dict(), strict=True)  # keys converted by the backbone's load hook
     x = torch.randn(2, 3, img, img)
     with torch.no_grad():
         (expected,), (actual,) = ref(x), ours(x)
@@ -77,11 +77,12 @@ def test_converted_mmpretrain_deit_tiny_gives_same_class_token(img):
 @pytest.mark.parametrize('out_type, with_cls_token', [
     ('cls_token', True), ('featmap', True), ('avg_featmap', True), ('raw', True), ('featmap', False), ('raw', False)])
 def test_every_out_type_matches_mmpretrain(out_type, with_cls_token):
-    kwargs = dict(img_size=32, patch_size=8, out_type=out_type, with_cls_token=with_cls_token)
-    ref = perturbed_mmpretrain_vit(arch=TINY, out_indices=[0, -1], **kwargs)  # mmpretrain edits the list
-    ours = LiSAViT(arch=TINY, attn_cfg=dict(type='softmax'), out_indices=(0, -1), **kwargs).eval()
-    ours.load_state_dict(convert_mmpretrain_vit(ref.state_dict()), strict=True)
-    x = torch.randn(2, 3, 40, 48)  # a 5 x 6 patch grid, not the 4 x 4 of img_size
+    kwargs = dict(patch_size=8, out_type=out_type, with_cls_token=with_cls_token)
+    ref = perturbed_mmpretrain_vit(arch=TINY, img_size=32, out_indices=[0, -1], **kwargs)  # mmpretrain edits the list
+    ours = LiSAViT(arch=TINY, attn_cfgs=dict(type='softmax'), pretrain_img_size=32, out_indices=(0, -1),
+                   **kwargs).eval()
+    ours.load_state_dict(ref.state_dict(), strict=True)  # keys converted by the backbone's load hook
+    x = torch.randn(2, 3, 40, 48)  # a 5 x 6 patch grid, not the 4 x 4 of the 32-px tables
     with torch.no_grad():
         expected, actual = ref(x), ours(x)
     shapes = {'cls_token': (2, 32), 'featmap': (2, 32, 5, 6), 'avg_featmap': (2, 32),
@@ -92,17 +93,17 @@ def test_every_out_type_matches_mmpretrain(out_type, with_cls_token):
         torch.testing.assert_close(a, e, rtol=0, atol=1e-5)
 
 
-def test_converter_renames_only_the_position_embedding():
-    sd = {'backbone.pos_embed': torch.zeros(1), 'backbone.cls_token': torch.ones(1),
-          'backbone.layers.0.attn.qkv.weight': torch.ones(2), 'head.layers.head.bias': torch.ones(3)}
-    assert list(convert_mmpretrain_vit(sd)) == [
-        'backbone.pos_embed.weight', 'backbone.cls_token', 'backbone.layers.0.attn.qkv.weight',
-        'head.layers.head.bias']
+def test_converter_renames_the_position_embedding_and_the_layer_norms_of_mmpretrain():
+    sd = {'pos_embed': torch.zeros(1), 'cls_token': torch.ones(1), 'layers.0.ln1.weight': torch.ones(2),
+          'layers.11.ln2.bias': torch.ones(2), 'layers.0.attn.qkv.weight': torch.ones(2), 'ln1.weight': torch.ones(2)}
+    assert list(convert_vit_checkpoint(sd)) == [
+        'pos_embed.weight', 'cls_token', 'layers.0.norm1.weight', 'layers.11.norm2.bias', 'layers.0.attn.qkv.weight',
+        'ln1.weight']
 
 
 @pytest.mark.parametrize('attn', ATTENTION_TYPES)
 def test_every_attention_type_sees_the_class_token_as_prefix_and_the_patch_grid(attn):
-    model = tiny(attn_cfg=dict(type=attn), out_type='raw')
+    model = tiny(attn_cfgs=dict(type=attn), out_type='raw')
     for layer in model.layers:
         assert type(layer.attn) is ATTENTIONS[attn]
         assert layer.attn.num_prefix_tokens == 1
@@ -123,7 +124,7 @@ def test_every_attention_type_sees_the_class_token_as_prefix_and_the_patch_grid(
 
 @pytest.mark.parametrize('attn', ('linear', 'lisa'))
 def test_kernel_attention_without_class_token(attn):
-    model = tiny(attn_cfg=dict(type=attn), with_cls_token=False, out_type='featmap')
+    model = tiny(attn_cfgs=dict(type=attn), with_cls_token=False, out_type='featmap')
     assert model.layers[0].attn.num_prefix_tokens == 0
     assert model.pos_embed.weight.shape == (1, 16, 32)
     (out,) = model(torch.randn(1, 3, 32, 32))
@@ -131,7 +132,7 @@ def test_kernel_attention_without_class_token(attn):
 
 
 def test_attn_cfg_overrides_the_backbone_defaults():
-    model = tiny(attn_cfg=dict(type='lisa', num_steps=2, pos_shape=None, qkv_bias=False))
+    model = tiny(attn_cfgs=dict(type='lisa', num_steps=2, pos_shape=None, qkv_bias=False))
     attn = model.layers[1].attn
     assert (attn.num_steps, attn.positional_encoding, attn.qkv.bias) == (2, None, None)
 
@@ -140,8 +141,8 @@ def test_attn_cfg_overrides_the_backbone_defaults():
 def test_other_input_size_equals_a_model_built_for_it(attn):
     """A 32-px model run at 48 px equals a 48-px model loaded from its
     checkpoint: both resize every positional encoding bicubically."""
-    small = tiny(attn_cfg=dict(type=attn)).eval()
-    large = LiSAViT(**{**TINY_KW, 'img_size': 48}, attn_cfg=dict(type=attn)).eval()
+    small = tiny(attn_cfgs=dict(type=attn)).eval()
+    large = LiSAViT(**{**TINY_KW, 'pretrain_img_size': 48}, attn_cfgs=dict(type=attn)).eval()
     large.load_state_dict(small.state_dict(), strict=True)
     x = torch.randn(2, 3, 48, 48)
     with torch.no_grad():
@@ -149,8 +150,8 @@ def test_other_input_size_equals_a_model_built_for_it(attn):
 
 
 def test_loading_a_checkpoint_of_another_grid_resizes_positional_encodings_bicubically():
-    small = tiny(attn_cfg=dict(type='lisa'))
-    large = LiSAViT(**{**TINY_KW, 'img_size': 48}, attn_cfg=dict(type='lisa'))
+    small = tiny(attn_cfgs=dict(type='lisa'))
+    large = LiSAViT(**{**TINY_KW, 'pretrain_img_size': 48}, attn_cfgs=dict(type='lisa'))
     large.load_state_dict(small.state_dict(), strict=True)
     for name in ('pos_embed.weight', 'layers.1.attn.positional_encoding.weight'):
         src, dst = small.state_dict()[name], large.state_dict()[name]
@@ -163,8 +164,8 @@ def test_loading_a_checkpoint_of_another_grid_resizes_positional_encodings_bicub
 
 def test_gradient_checkpointing_gives_same_outputs_and_gradients(monkeypatch):
     calls = []
-    checkpoint = vit.cp.checkpoint
-    monkeypatch.setattr(vit.cp, 'checkpoint', lambda *a, **k: calls.append(1) or checkpoint(*a, **k))
+    checkpoint = base.checkpoint
+    monkeypatch.setattr(base, 'checkpoint', lambda *a, **k: calls.append(1) or checkpoint(*a, **k))
     results = []
     for with_cp in (False, True):
         torch.manual_seed(0)
@@ -201,7 +202,7 @@ def test_frozen_stages_stop_gradients_and_stay_in_eval_mode():
 
 def test_init_weights_draws_deit_init_but_keeps_lisa_step_mlp_at_geometric_weights():
     torch.manual_seed(0)
-    model = LiSAViT(arch=dict(TINY, embed_dims=128), img_size=32, patch_size=8)
+    model = LiSAViT(arch=dict(TINY, embed_dims=128), pretrain_img_size=32, patch_size=8)
     model.init_weights()
     attn = model.layers[0].attn
     assert attn.qkv.weight.std().item() == pytest.approx(0.02, rel=0.1)
@@ -224,13 +225,16 @@ def test_pretrained_init_keeps_the_checkpoint(tmp_path):
 
 @pytest.mark.parametrize('kwargs, match', [
     (dict(arch='deit-huge'), r"arch='deit-huge' is not one of .*'deit-tiny'"),
-    (dict(arch=dict(embed_dims=32, num_layers=2)), 'custom arch must be a dict with keys'),
+    (dict(arch=dict(embed_dims=32, num_layers=2)), 'custom arch must be a dict with exactly the keys'),
     (dict(out_type='tokens'), r"out_type='tokens' is not one of \('cls_token'"),
     (dict(with_cls_token=False), "needs with_cls_token=True"),
     (dict(out_indices=2), r'out_indices=2 must be .* in \[-2, 2\)'),
-    (dict(out_indices=(1, -1)), 'names a layer twice'),
-    (dict(out_indices=()), 'must be non-empty'),
-    (dict(frozen_stages=3), r'frozen_stages=3 must be in \[-1, num_layers=2\]'),
+    (dict(out_indices=(1, -1)), r'out_indices=\(1, -1\) must be an int or a list of distinct layer indices'),
+    (dict(out_indices=()), r'out_indices=\(\) must be'),
+    (dict(out_indices={1: 1}), r'out_indices=\{1: 1\} must be an int or a list'),
+    (dict(pretrain_img_size=(32, 32, 32)), r'pretrain_img_size=\(32, 32, 32\) must be a positive int or a pair'),
+    (dict(attn_cfgs=[dict(type='lisa')] * 3), r'attn_cfgs has 3 entries; .* per layer \(2\)'),
+    (dict(frozen_stages=3), r'frozen_stages=3 must be in \[-1, 2\]'),
     (dict(drop_path_rate=1.0), r'drop_path_rate=1.0 must be in \[0, 1\)'),
 ])
 def test_bad_config_raises_naming_the_value(kwargs, match):
@@ -239,8 +243,8 @@ def test_bad_config_raises_naming_the_value(kwargs, match):
 
 
 def test_unknown_attention_type_lists_the_valid_ones():
-    with pytest.raises(KeyError, match=r"unknown attention type 'flash'.*'lisa'"):
-        LiSAViT(**TINY_KW, attn_cfg=dict(type='flash'))
+    with pytest.raises(ValueError, match=r"attn_cfgs\[0\]=\{'type': 'flash'\}.*'lisa'"):
+        LiSAViT(**TINY_KW, attn_cfgs=dict(type='flash'))
 
 
 def test_import_registers_lisavit_in_every_mm_registry():

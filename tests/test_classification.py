@@ -31,9 +31,9 @@ from projects.lisa.models.attention import (
     FocusedLinearAttention,
     LinearAttention,
     LiSAAttention,
+    ShiftedWindowAttention,
     SoftmaxAttention,
 )
-from projects.lisa.models.backbones.swin import ShiftedWindowAttention
 from projects.lisa.synthetic import generate
 from projects.lisa.synthetic.synthetic import IMAGENET_CLASSES
 
@@ -74,7 +74,7 @@ TABLE_5 = {
     'deit-small_lisa_8xb128_in1k.py': LiSAAttention,
 }
 
-# The ablations on mini-ImageNet (Fig. 3, Tables 6-8): override -> (its base, the backbone's resolved attn_cfg)
+# The ablations on mini-ImageNet (Fig. 3, Tables 6-8): override -> (its base, the backbone's resolved attn_cfgs)
 MINI = 'deit-tiny_lisa-t5_8xb128_mini-imagenet.py'  # LiSA-DeiT-T, T = 5: the root of every ablation
 MINI_S = 'deit-small_lisa-t5_8xb128_mini-imagenet.py'
 T5 = dict(type='lisa', num_steps=5)
@@ -186,7 +186,7 @@ def test_table_1_rows_of_one_backbone_differ_only_in_the_attention(group):
     lisa, *others = (load(CLS / group.format(row)) for row in ('lisa', 'softmax', 'flatten'))
     for other in others:
         changed = changed_paths(lisa, other)
-        assert changed and all(p.startswith('model.backbone.attn_cfg') for p in changed), changed
+        assert changed and all(p.startswith('model.backbone.attn_cfgs') for p in changed), changed
 
 
 @pytest.mark.parametrize('name', TABLE_1)
@@ -281,9 +281,9 @@ def test_ablation_is_a_small_override_changing_only_the_attention_setting_it_nam
     base, expected = ABLATIONS[name]
     assert Config._get_base_files(str(ABL / name)) == [base]
     cfg, base_cfg = load(ABL / name), load((ABL / base).resolve())
-    assert cfg.model.backbone.attn_cfg == expected
+    assert cfg.model.backbone.attn_cfgs == expected
     changed = changed_paths(cfg, base_cfg)
-    assert changed and all(p.startswith('model.backbone.attn_cfg.') for p in changed), changed
+    assert changed and all(p.startswith('model.backbone.attn_cfgs.') for p in changed), changed
     code = [line for line in (ABL / name).read_text().splitlines() if line and not line.startswith('#')]
     assert len(code) == 3  # custom_imports, _base_, the one override
     backbone = build_classifier(ABL / name).backbone
@@ -300,14 +300,14 @@ def test_ablation_is_a_small_override_changing_only_the_attention_setting_it_nam
 
 def test_ablation_root_is_the_imagenet_lisa_deit_t_recipe_on_mini_imagenet_with_t_5():
     cfg, imagenet = load(ABL / MINI), load(CLS / 'deit-tiny_lisa_8xb128_in1k.py')
-    assert cfg.model.backbone.attn_cfg == T5 and cfg.model.head.num_classes == cfg.data_preprocessor.num_classes == 100
+    assert cfg.model.backbone.attn_cfgs == T5 and cfg.model.head.num_classes == cfg.data_preprocessor.num_classes == 100
     for loader, split, pipeline in (('train_dataloader', 'train', 'train_pipeline'),
                                     ('val_dataloader', 'val', 'test_pipeline'),
                                     ('test_dataloader', 'val', 'test_pipeline')):
         dataset = cfg[loader].dataset
         assert dict(dataset) == dict(type='CustomDataset', data_root='data/mini-imagenet', with_label=True,
                                      data_prefix=split, pipeline=imagenet[pipeline])
-    allowed = ('model.backbone.attn_cfg.num_steps', 'model.head.num_classes', 'data_preprocessor.num_classes',
+    allowed = ('model.backbone.attn_cfgs.num_steps', 'model.head.num_classes', 'data_preprocessor.num_classes',
                'train_dataloader.dataset', 'val_dataloader.dataset', 'test_dataloader.dataset', 'mini_imagenet')
     changed = changed_paths(cfg, imagenet)
     assert changed and all(p.startswith(allowed) for p in changed), changed
@@ -318,7 +318,7 @@ def test_ablation_root_is_the_imagenet_lisa_deit_t_recipe_on_mini_imagenet_with_
 
 
 def test_fig_3_sweeps_t_1_to_5_on_mini_imagenet():
-    configs = {load(ABL / f'deit-tiny_lisa-t{t}_8xb128_mini-imagenet.py').model.backbone.attn_cfg.num_steps: t
+    configs = {load(ABL / f'deit-tiny_lisa-t{t}_8xb128_mini-imagenet.py').model.backbone.attn_cfgs.num_steps: t
                for t in range(1, 6)}
     assert configs == {t: t for t in range(1, 6)}
 
@@ -327,7 +327,7 @@ def test_fig_3_sweeps_t_1_to_5_on_mini_imagenet():
 def test_table_5_rows_are_deit_s_on_imagenet_differing_only_in_the_attention(name):
     cfg, lisa = load(CLS / name), load(CLS / 'deit-small_lisa_8xb128_in1k.py')
     changed = changed_paths(cfg, lisa)
-    assert all(p.startswith('model.backbone.attn_cfg') for p in changed), changed
+    assert all(p.startswith('model.backbone.attn_cfgs') for p in changed), changed
     assert cfg.model.backbone.arch == 'deit-small' and cfg.train_dataloader.dataset.type == 'ImageNet'
     model = build_classifier(CLS / name).eval()
     assert {type(a) for a in attentions(model.backbone, 'deit')} == {TABLE_5[name]}

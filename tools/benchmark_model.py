@@ -68,7 +68,7 @@ MiB = 2 ** 20
 
 def build_model(attention: str, img_size: int, device: torch.device) -> nn.Module:
     torch.manual_seed(0)
-    model = LiSAViT(arch='deit-tiny', img_size=img_size, patch_size=PATCH, attn_cfg=ATTENTIONS[attention],
+    model = LiSAViT(arch='deit-tiny', pretrain_img_size=img_size, patch_size=PATCH, attn_cfgs=ATTENTIONS[attention],
                     drop_path_rate=0.0)
     return model.to(device).train()
 

@@ -3,11 +3,10 @@
 # attention merges `swin_attention[row]` into it. Every argument naming the attention is in this file.
 # Where the kernel attention goes is FLatten's Swin design (FLatten-Transformer's flatten_swin_t:
 # attention types LLSS, window 56 at 224 px): over the whole feature map in stages 1-2, Swin's
-# shifted 7 x 7 windows kept in stages 3-4. LiSA takes the same places.
+# shifted 7 x 7 windows ('window', shifted in odd blocks) kept in stages 3-4. LiSA takes the same places.
 swin_attention = dict(
-    lisa=dict(attn_cfgs=[dict(type='lisa', num_steps=3)] * 2 + [dict(type='window')] * 2),
-    flatten=dict(attn_cfgs=[dict(type='flatten')] * 2 + [dict(type='window')] * 2),
-    softmax=dict(attn_cfgs=[dict(type='window')] * 4),
+    lisa=dict(attn_cfgs=[dict(type='lisa', num_steps=3)] * 2 + [dict(type='window', window_size=7)] * 2),
+    flatten=dict(attn_cfgs=[dict(type='flatten')] * 2 + [dict(type='window', window_size=7)] * 2),
+    softmax=dict(attn_cfgs=[dict(type='window', window_size=7)] * 4),
 )
-swin_backbone = dict(
-    type='LiSASwinTransformer', arch='tiny', window_size=7, pretrain_img_size=224, **swin_attention['lisa'])
+swin_backbone = dict(type='LiSASwinTransformer', arch='tiny', pretrain_img_size=224, **swin_attention['lisa'])

@@ -2,4 +2,4 @@
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = './deit-small_lisa-t5_8xb128_mini-imagenet.py'
 
-model = dict(backbone=dict(attn_cfg=dict(use_local=False)))
+model = dict(backbone=dict(attn_cfgs=dict(use_local=False)))

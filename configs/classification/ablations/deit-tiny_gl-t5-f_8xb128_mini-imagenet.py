@@ -3,4 +3,4 @@
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = './deit-tiny_lisa-t5_8xb128_mini-imagenet.py'
 
-model = dict(backbone=dict(attn_cfg=dict(focusing=True, dwc=False)))
+model = dict(backbone=dict(attn_cfgs=dict(focusing=True, dwc=False)))

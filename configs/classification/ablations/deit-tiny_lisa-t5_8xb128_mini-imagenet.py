@@ -6,7 +6,7 @@
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = ['../deit-tiny_lisa_8xb128_in1k.py', '../../_base_/datasets/mini_imagenet.py']
 
-model = dict(backbone=dict(attn_cfg=dict(num_steps=5)), head=dict(num_classes=_base_.mini_imagenet_classes))
+model = dict(backbone=dict(attn_cfgs=dict(num_steps=5)), head=dict(num_classes=_base_.mini_imagenet_classes))
 data_preprocessor = dict(num_classes=_base_.mini_imagenet_classes)
 train_dataloader = dict(
     dataset=dict(_delete_=True, **_base_.mini_imagenet, data_prefix='train', pipeline=_base_.train_pipeline))

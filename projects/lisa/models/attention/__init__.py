@@ -1,15 +1,18 @@
-"""Attention family: softmax, plain linear, FLatten, linear angular and LiSA, built by name.
+"""Attention family: softmax, Swin's window, plain linear, FLatten, linear angular and LiSA, built by name.
 
-Depends on torch alone (no OpenMMLab import), so the operator and its
-benchmarks run anywhere torch does.
+Every type is built by :func:`build_attention` from ``dict(type=NAME, **kwargs)`` through one
+constructor contract (:data:`CONTEXT`); :func:`register_attention` adds a type. Depends on torch
+alone (no OpenMMLab import), so the operator and its benchmarks run anywhere torch does.
 """
 from .angular import AngularAttention
-from .base import ATTENTIONS, KernelAttention, build_attention, register_attention
+from .base import ATTENTIONS, CONTEXT, KernelAttention, build_attention, check_attention_type, register_attention
 from .linear import FocusedLinearAttention, LinearAttention
 from .lisa import LiSAAttention
 from .softmax import SoftmaxAttention
+from .window import ShiftedWindowAttention
 
 __all__ = [
-    'ATTENTIONS', 'build_attention', 'register_attention', 'KernelAttention', 'SoftmaxAttention',
-    'LinearAttention', 'FocusedLinearAttention', 'AngularAttention', 'LiSAAttention'
+    'ATTENTIONS', 'CONTEXT', 'build_attention', 'check_attention_type', 'register_attention', 'KernelAttention',
+    'SoftmaxAttention', 'ShiftedWindowAttention', 'LinearAttention', 'FocusedLinearAttention', 'AngularAttention',
+    'LiSAAttention'
 ]

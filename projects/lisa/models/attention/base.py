@@ -7,6 +7,7 @@ torch alone so that the operator and its benchmarks run without OpenMMLab.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping, Sequence
 from typing import Callable
@@ -17,30 +18,54 @@ from torch import Tensor, nn
 
 ATTENTIONS: dict[str, type[nn.Module]] = {}
 
+#: Keyword arguments a backbone passes to every attention it builds, whatever its type: the
+#: constructor contract is ``cls(dim, num_heads, *, qkv_bias, attn_drop, proj_drop, pos_shape,
+#: num_prefix_tokens, block_index, **options)``. ``pos_shape`` is the ``(H, W)`` grid at the
+#: pretraining size, ``block_index`` the block's index within its stage (Swin's window attention
+#: shifts in odd blocks); an attention ignores what does not apply to it (kernel attentions
+#: form no attention probabilities to drop out, softmax has no position table).
+CONTEXT = ('qkv_bias', 'attn_drop', 'proj_drop', 'pos_shape', 'num_prefix_tokens', 'block_index')
+
 
 def register_attention(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
-    """Register an attention class under ``name`` for :func:`build_attention`."""
+    """Register an attention class under ``name`` for :func:`build_attention`.
+
+    The class must accept ``dim``, ``num_heads`` and the keywords of :data:`CONTEXT`.
+    """
 
     def wrap(cls: type[nn.Module]) -> type[nn.Module]:
         if name in ATTENTIONS:
             raise KeyError(f'attention {name!r} is already registered')
+        params = inspect.signature(cls).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            lacking = [k for k in ('dim', 'num_heads', *CONTEXT) if k not in params]
+            if lacking:
+                raise TypeError(f'attention {name!r} ({cls.__name__}) must accept the keyword arguments '
+                                f'{lacking} of the attention contract (projects.lisa.models.attention.CONTEXT)')
         ATTENTIONS[name] = cls
         return cls
 
     return wrap
 
 
-def build_attention(cfg: Mapping | str, dim: int, num_heads: int, **defaults) -> nn.Module:
+def check_attention_type(cfg: object, where: str) -> dict:
+    """``cfg`` as a dict if it is ``dict(type=NAME, ...)`` with NAME registered now, else raise."""
+    if not isinstance(cfg, Mapping) or cfg.get('type') not in ATTENTIONS:
+        raise ValueError(f'{where}={cfg!r}: expected dict(type=NAME, ...) with NAME one of {sorted(ATTENTIONS)}')
+    return dict(cfg)
+
+
+def build_attention(cfg: Mapping | str, dim: int, num_heads: int, **context) -> nn.Module:
     """Build an attention from ``dict(type=NAME, **kwargs)`` (or just ``NAME``).
 
-    ``defaults`` are keyword arguments the caller (a backbone) supplies; keys
-    in ``cfg`` override them.
+    ``context`` holds the keywords of :data:`CONTEXT` that the caller (a backbone)
+    supplies; keys in ``cfg`` override them.
     """
     cfg = {'type': cfg} if isinstance(cfg, str) else dict(cfg)
     name = cfg.pop('type', None)
     if name not in ATTENTIONS:
         raise KeyError(f'unknown attention type {name!r}; valid types: {sorted(ATTENTIONS)}')
-    return ATTENTIONS[name](dim=dim, num_heads=num_heads, **{**defaults, **cfg})
+    return ATTENTIONS[name](dim=dim, num_heads=num_heads, **{**context, **cfg})
 
 
 def check_heads(dim: int, num_heads: int) -> int:
@@ -148,8 +173,11 @@ class KernelAttention(nn.Module):
         pos_shape: Sequence[int] | None = None,
         num_prefix_tokens: int = 0,
         eps: float = 1e-6,
+        attn_drop: float = 0.0,
+        block_index: int = 0,
     ) -> None:
         super().__init__()
+        del attn_drop, block_index  # context of the contract (CONTEXT) that a kernel attention has no use for
         self.head_dim = check_heads(dim, num_heads)
         if feature_map not in FEATURE_MAPS:
             raise ValueError(f'feature_map={feature_map!r} is not one of {sorted(FEATURE_MAPS)}')

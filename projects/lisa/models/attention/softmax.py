@@ -29,8 +29,11 @@ class SoftmaxAttention(nn.Module):
         sr_ratio: int = 1,
         num_prefix_tokens: int = 0,
         norm_eps: float = 1e-6,
+        pos_shape: Sequence[int] | None = None,
+        block_index: int = 0,
     ) -> None:
         super().__init__()
+        del pos_shape, block_index  # context of the contract (base.CONTEXT) that softmax has no use for
         check_heads(dim, num_heads)
         if sr_ratio < 1:
             raise ValueError(f'sr_ratio={sr_ratio} must be a positive int')

@@ -1,8 +1,10 @@
 """PVT v1 with a selectable attention per stage.
 
-Pyramid Vision Transformer (Wang et al., ICCV 2021, https://arxiv.org/abs/2102.12122)
-as the LiSA paper uses it (§2 of the notes): LiSA in all four stages without
-spatial reduction, as FLatten-PVT does with its linear attention. With
+Pyramid Vision Transformer (Wang et al., ICCV 2021, https://arxiv.org/abs/2102.12122).
+The default, LiSA in all four stages without spatial reduction (sr_ratio 1), is
+FLatten-PVT's placement of its linear attention (Han et al., ICCV 2023), which the
+LiSA paper takes over from the baseline it compares with; the paper states no
+placement of its own. With
 ``attn_cfgs=[dict(type='softmax', sr_ratio=r) for r in (8, 4, 2, 1)]`` the model
 is mmdet's ``PyramidVisionTransformer`` (same parameters, same outputs given
 the same weights), so a comparison differs only in the attention.
@@ -15,26 +17,9 @@ from collections.abc import Mapping, Sequence
 
 import torch
 from mmcv.cnn.bricks.transformer import PatchEmbed
-from mmengine.model import BaseModule
-from mmengine.model.weight_init import trunc_normal_
-from mmengine.utils import to_2tuple
 from torch import Tensor, nn
 
-from ..attention import ATTENTIONS
-from .utils import (
-    TransformerBlock,
-    build_stage_attention,
-    check_stage_indices,
-    freeze,
-    init_transformer_weights,
-    is_pretrained,
-    load_pretrained,
-    nlc_to_nchw,
-    num_stages_of,
-    resize_grid_tokens,
-    resolve_arch,
-    stage_attn_cfgs,
-)
+from .base import LiSABackbone, build_blocks, nlc_to_nchw, num_stages_of, resize_grid_tokens, to_pair
 
 
 class PVTStage(nn.Module):
@@ -62,30 +47,33 @@ class PVTStage(nn.Module):
         return nlc_to_nchw(x, hw_shape)
 
 
-class LiSAPVT(BaseModule):
+class LiSAPVT(LiSABackbone):
     """PVT v1 backbone whose attention is chosen per stage.
 
     Args:
         arch: 't'/'tiny', 's'/'small', 'm'/'medium', 'l'/'large', or a dict
             with per-stage lists ``embed_dims``, ``depths``, ``num_heads``, ``mlp_ratios``.
         attn_cfgs: one ``dict(type=NAME, **kwargs)`` for all stages or one per
-            stage; NAME in 'softmax' (PVT's spatial-reduction attention with
-            ``sr_ratio``), 'linear', 'flatten', 'lisa'. The backbone supplies dim,
-            heads, ``qkv_bias``, ``proj_drop=drop_rate``, ``attn_drop=attn_drop_rate``
-            (softmax) and ``pos_shape`` (kernel attentions); kwargs override them.
-            Default: LiSA in every stage (the paper).
-        pretrain_img_size: input size of the pretraining; sets the grids of the
-            position embeddings.
+            stage, NAME a registered attention ('softmax': PVT's spatial-reduction
+            attention with ``sr_ratio``; 'linear', 'flatten', 'lisa', 'window', ...).
+            Every type gets the context of ``..attention.CONTEXT``: dim, heads,
+            ``qkv_bias``, ``attn_drop=attn_drop_rate``, ``proj_drop=drop_rate``,
+            ``pos_shape`` (the stage's grid at ``pretrain_img_size``),
+            ``num_prefix_tokens=0``, ``block_index``; kwargs override them.
+            Default: LiSA in every stage (FLatten-PVT's placement, see above).
+        pretrain_img_size: input size (int or (H, W)) of the pretraining; sets the
+            grids of the position tables (other sizes are resized).
         patch_sizes: patch size (= stride) of each stage's patch embedding.
         out_indices: stages whose outputs are returned (strides 4, 8, 16, 32).
         drop_path_rate: stochastic depth, rising linearly over the blocks.
         frozen_stages: -1 freezes nothing, 0 the first patch embedding and its
             position embedding, k the whole stages 1..k.
         with_cp: gradient checkpointing of every block.
-        init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=...)`` loads an
-            mmpretrain classifier (``prefix='backbone.'``) or an official PVT v1
-            checkpoint (keys converted by :func:`convert_pvt_checkpoint`), with a
-            report of the tensors loaded, newly initialised and unused.
+        init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=..., allow_new=...)``
+            (:class:`.base.LiSABackbone`): an official PVT v1, an mmdet
+            ``PyramidVisionTransformer`` or a LiSAPVT checkpoint (e.g. of an
+            mmpretrain classifier, ``prefix='backbone.'``); keys converted by
+            :func:`convert_pvt_checkpoint`, here and in every ``load_state_dict``.
 
     Inputs of any size: each patch embedding pads the bottom/right edge to a
     multiple of its patch size (mmcv's 'corner' padding), so stage ``i`` has
@@ -102,8 +90,10 @@ class LiSAPVT(BaseModule):
                                               num_heads=[1, 2, 5, 8], mlp_ratios=[8, 8, 4, 4])),
         **dict.fromkeys(['l', 'large'], dict(embed_dims=[64, 128, 320, 512], depths=[3, 8, 27, 3],
                                              num_heads=[1, 2, 5, 8], mlp_ratios=[8, 8, 4, 4])),
-    }  # yapf: disable
+    }
     arch_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratios')
+    embeddings = ('stages.*.pos_embed',)
+    conv_fan_out = True
 
     def __init__(
         self,
@@ -112,7 +102,7 @@ class LiSAPVT(BaseModule):
         pretrain_img_size: int | Sequence[int] = 224,
         in_channels: int = 3,
         patch_sizes: Sequence[int] = (4, 2, 2, 2),
-        out_indices: Sequence[int] = (0, 1, 2, 3),
+        out_indices: int | Sequence[int] = (0, 1, 2, 3),
         qkv_bias: bool = True,
         drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
@@ -123,28 +113,23 @@ class LiSAPVT(BaseModule):
         with_cp: bool = False,
         init_cfg: dict | None = None,
     ) -> None:
-        super().__init__(init_cfg=init_cfg)
-        settings = resolve_arch(arch, self.arch_zoo, self.arch_keys)
+        super().__init__(arch, init_cfg)
+        settings = self.arch_settings
         num_stages = num_stages_of(settings, self.arch_keys)
         if len(patch_sizes) != num_stages:
             raise ValueError(f'patch_sizes={tuple(patch_sizes)} needs one entry per stage ({num_stages})')
-        self.out_indices = check_stage_indices(out_indices, frozen_stages, num_stages)
-        self.frozen_stages = frozen_stages
-        attn_cfgs = stage_attn_cfgs(attn_cfgs, num_stages, list(ATTENTIONS))
-        grid = to_2tuple(pretrain_img_size)
+        attn_cfgs = self.check_stage_args(num_stages, out_indices, frozen_stages, attn_cfgs)
+        grid = to_pair(pretrain_img_size, 'pretrain_img_size')
         depths = settings['depths']
         dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
         self.stages = nn.ModuleList()
         for i, (dim, depth, heads, mlp_ratio, patch) in enumerate(
                 zip(*(settings[k] for k in self.arch_keys), patch_sizes)):
             pos_shape = grid = tuple(math.ceil(g / patch) for g in grid)
-            blocks = [
-                TransformerBlock(
-                    dim,
-                    build_stage_attention(attn_cfgs[i], dim, heads, stage=i, qkv_bias=qkv_bias,
-                                          attn_drop=attn_drop_rate, proj_drop=drop_rate, pos_shape=pos_shape),
-                    mlp_ratio, drop_rate, dpr[sum(depths[:i]) + j], act_cfg, norm_cfg, with_cp) for j in range(depth)
-            ]
+            rates = dpr[sum(depths[:i]):sum(depths[:i + 1])]
+            blocks = build_blocks([attn_cfgs[i]] * depth, dim, heads, int(mlp_ratio * dim), rates, f'stage {i}, ',
+                                  qkv_bias=qkv_bias, attn_drop=attn_drop_rate, drop_rate=drop_rate,
+                                  pos_shape=pos_shape, act_cfg=act_cfg, norm_cfg=norm_cfg, with_cp=with_cp)
             patch_embed = PatchEmbed(in_channels, dim, kernel_size=patch, stride=patch, padding='corner',
                                      norm_cfg=norm_cfg)
             self.stages.append(PVTStage(patch_embed, pos_shape, blocks, drop_rate))
@@ -159,32 +144,21 @@ class LiSAPVT(BaseModule):
                 outs.append(x)
         return tuple(outs)
 
-    def _freeze_stages(self) -> None:
-        if self.frozen_stages >= 0:
-            freeze(self.stages[0].patch_embed, self.stages[0].pos_embed)
-        for i in range(self.frozen_stages):
-            freeze(self.stages[i])
+    def frozen_parts(self) -> list[nn.Module | nn.Parameter]:
+        if self.frozen_stages < 0:
+            return []
+        return [self.stages[0].patch_embed, self.stages[0].pos_embed, *self.stages[:self.frozen_stages]]
 
-    def train(self, mode: bool = True) -> LiSAPVT:
-        super().train(mode)
-        self._freeze_stages()
-        return self
-
-    def init_weights(self) -> None:
-        init_transformer_weights(self, conv_fan_out=True)
-        for stage in self.stages:
-            trunc_normal_(stage.pos_embed, std=0.02)
-        if is_pretrained(self.init_cfg):
-            load_pretrained(self, self.init_cfg['checkpoint'], self.init_cfg.get('prefix'), convert_pvt_checkpoint)
-        elif self.init_cfg is not None:
-            super().init_weights()
+    @staticmethod
+    def convert_checkpoint(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        return convert_pvt_checkpoint(state_dict)
 
 
 def convert_pvt_checkpoint(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """Rename an official PVT v1 checkpoint (github.com/whai362/PVT) to LiSAPVT keys.
+    """Rename an official PVT v1 (github.com/whai362/PVT) or an mmdet
+    ``PyramidVisionTransformer`` checkpoint to LiSAPVT keys; LiSAPVT's own pass unchanged.
 
-    Other state dicts (e.g. of an mmpretrain classifier with a LiSAPVT backbone)
-    pass unchanged. With ``s`` the official 1-based stage and ``j`` the block::
+    Official, with ``s`` the 1-based stage and ``j`` the block::
 
         patch_embed{s}.proj.* / .norm.*   -> stages.{s-1}.patch_embed.projection.* / .norm.*
         pos_embed{s}                      -> stages.{s-1}.pos_embed  (last stage: class-token row dropped)
@@ -192,7 +166,16 @@ def convert_pvt_checkpoint(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor
         block{s}.{j}.mlp.fc1.* / fc2.*    -> stages.{s-1}.blocks.{j}.ffn.layers.0.0.* / ffn.layers.1.*
         block{s}.{j}.<rest>               -> stages.{s-1}.blocks.{j}.<rest>  (norm1, norm2, attn.proj/sr/norm)
         cls_token, norm.*, head.*         -> dropped (classification only)
+
+    mmdet, with ``i`` the 0-based stage (its 1x1-conv FFN weights flattened)::
+
+        layers.{i}.0.*                    -> stages.{i}.patch_embed.*
+        layers.{i}.1.0.pos_embed          -> stages.{i}.pos_embed
+        layers.{i}.1.{j+1}.<rest>         -> stages.{i}.blocks.{j}.<rest>, with attn.attn.in_proj_* -> attn.qkv.*,
+                                             attn.attn.out_proj.* -> attn.proj.*, ffn.layers.0/3.* -> 0.0/1.*
     """
+    if any(re.fullmatch(r'layers\.\d+\.1\.0\.pos_embed', k) for k in state_dict):
+        return dict(_from_mmdet_pvt(k, v) for k, v in state_dict.items())
     if not any(k.startswith('patch_embed1.') for k in state_dict):
         return dict(state_dict)
     pos_stages = [int(k[len('pos_embed'):]) for k in state_dict if re.fullmatch(r'pos_embed\d+', k)]
@@ -216,3 +199,17 @@ def convert_pvt_checkpoint(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor
         else:
             out[key] = value  # reported as unused
     return out
+
+
+def _from_mmdet_pvt(key: str, value: Tensor) -> tuple[str, Tensor]:
+    if m := re.fullmatch(r'layers\.(\d+)\.0\.(.+)', key):
+        return f'stages.{m[1]}.patch_embed.{m[2]}', value
+    if m := re.fullmatch(r'layers\.(\d+)\.1\.0\.pos_embed', key):
+        return f'stages.{m[1]}.pos_embed', value
+    if m := re.fullmatch(r'layers\.(\d+)\.1\.(\d+)\.(.+)', key):
+        rest = m[3].replace('attn.attn.in_proj_', 'attn.qkv.').replace('attn.attn.out_proj.', 'attn.proj.')
+        if rest.startswith('ffn.'):
+            rest = rest.replace('ffn.layers.0.', 'ffn.layers.0.0.').replace('ffn.layers.3.', 'ffn.layers.1.')
+            value = value.flatten(1) if value.dim() == 4 else value
+        return f'stages.{m[1]}.blocks.{int(m[2]) - 1}.{rest}', value
+    return key, value  # reported as unused

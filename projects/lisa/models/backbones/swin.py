@@ -1,9 +1,11 @@
 """Swin Transformer with a selectable attention per stage.
 
-Swin Transformer (Liu et al., ICCV 2021, https://arxiv.org/abs/2103.14030) as
-the LiSA paper uses it (§2 of the notes, following FLatten-Swin): LiSA over the
-whole feature map in stages 1-2, the original shifted 7x7 window softmax
-attention in stages 3-4. With ``'window'`` in every stage the model is mmseg's
+Swin Transformer (Liu et al., ICCV 2021, https://arxiv.org/abs/2103.14030).
+The default, LiSA over the whole feature map in stages 1-2 with its positional
+encoding learnt at the 224-px grid and resized to other inputs, and Swin's
+shifted 7x7 window softmax attention in stages 3-4, is FLatten-Swin's placement
+of its linear attention (Han et al., ICCV 2023), which the LiSA paper takes over
+from the baseline it compares with. With ``'window'`` in every stage the model is mmseg's
 ``SwinTransformer`` (same parameters, same outputs given the same weights), so
 a comparison differs only in the attention.
 """
@@ -12,107 +14,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from itertools import product
 
 import torch
-import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
-from mmengine.model import BaseModule
-from mmengine.model.weight_init import trunc_normal_
-from mmengine.utils import to_2tuple
 from torch import Tensor, nn
 
-from ..attention import ATTENTIONS
-from .utils import (
-    TransformerBlock,
-    build_stage_attention,
-    check_stage_indices,
-    freeze,
-    init_transformer_weights,
-    is_pretrained,
-    load_pretrained,
-    nlc_to_nchw,
-    resolve_arch,
-    stage_attn_cfgs,
-)
-
-
-class ShiftedWindowAttention(nn.Module):
-    """Swin's (shifted) window softmax attention with relative position bias.
-
-    The ``(H, W)`` grid is zero-padded at the bottom/right to multiples of the
-    window size ``w``, cyclically shifted by ``s = w // 2`` if ``shift`` (the
-    SW-MSA of every second block) and split into ``w x w`` windows. Per window
-    and head, with ``q, k, v (w^2, d)``::
-
-        Y = softmax(q k^T / sqrt(d) + B + M) v
-
-    ``B[i, j]`` is read from a learnable ``((2w-1)^2, heads)`` table at the
-    relative offset of tokens i and j; ``M[i, j] = -100`` (the official value)
-    between tokens the shift brought together from different image regions,
-    else 0. The result is shifted back and cropped to ``(H, W)``. As in the
-    official and mmseg implementations, padded tokens are not masked.
-
-    Parameters are named as in the official Swin (``qkv``, ``proj``,
-    ``relative_position_bias_table``) and, except for the table, as in the
-    global attentions, so a Swin checkpoint initialises every stage's
-    projections whatever its attention.
-    """
-
-    def __init__(self, dim: int, num_heads: int, window_size: int = 7, shift: bool = False, qkv_bias: bool = True,
-                 attn_drop: float = 0.0, proj_drop: float = 0.0) -> None:
-        super().__init__()
-        if num_heads < 1 or dim % num_heads:
-            raise ValueError(f'num_heads={num_heads} must be a positive divisor of dim={dim}')
-        if window_size < 1 or (shift and window_size < 2):
-            raise ValueError(f'window_size={window_size} must be >= 1 (>= 2 for shifted windows)')
-        if not 0 <= attn_drop < 1:
-            raise ValueError(f'attn_drop={attn_drop} must be in [0, 1)')
-        self.num_heads, self.window_size = num_heads, window_size
-        self.shift_size = window_size // 2 if shift else 0
-        self.attn_drop = attn_drop
-        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop)
-        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * window_size - 1) ** 2, num_heads))
-        coords = torch.stack(torch.meshgrid(torch.arange(window_size), torch.arange(window_size), indexing='ij'))
-        offsets = coords.flatten(1)[:, :, None] - coords.flatten(1)[:, None, :] + window_size - 1  # (2, w^2, w^2)
-        self.register_buffer('relative_position_index', offsets[0] * (2 * window_size - 1) + offsets[1],
-                             persistent=False)
-
-    def shift_mask(self, hp: int, wp: int, device: torch.device) -> Tensor:
-        """``M`` of every window of the padded ``(hp, wp)`` grid, ``(nW, w^2, w^2)``."""
-        w, s = self.window_size, self.shift_size
-        region = torch.zeros(hp, wp, device=device)
-        cuts = (slice(0, -w), slice(-w, -s), slice(-s, None))
-        for i, (rows, cols) in enumerate(product(cuts, cuts)):
-            region[rows, cols] = i
-        region = region.view(hp // w, w, wp // w, w).transpose(1, 2).reshape(-1, w * w)
-        return (region[:, None, :] != region[:, :, None]).float() * -100.0
-
-    def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
-        b, n, c = x.shape
-        h, w = hw_shape
-        if n != h * w:
-            raise ValueError(f'N={n} tokens do not match hw_shape=({h}, {w})')
-        ws, s = self.window_size, self.shift_size
-        x = F.pad(x.view(b, h, w, c), (0, 0, 0, -w % ws, 0, -h % ws))
-        hp, wp = x.shape[1:3]
-        if s:
-            x = torch.roll(x, (-s, -s), dims=(1, 2))
-        windows = x.view(b, hp // ws, ws, wp // ws, ws, c).transpose(2, 3).reshape(b, -1, ws * ws, c)
-        q, k, v = self.qkv(windows).unflatten(-1, (3, self.num_heads, -1)).permute(3, 0, 1, 4, 2, 5)
-        mask = self.relative_position_bias_table[self.relative_position_index].permute(2, 0, 1)  # (heads, w^2, w^2)
-        if s:
-            mask = mask + self.shift_mask(hp, wp, x.device)[:, None]                           # (nW, heads, w^2, w^2)
-        out = F.scaled_dot_product_attention(                                                  # (B, nW, heads, w^2, d)
-            q, k, v, attn_mask=mask.to(q.dtype), dropout_p=self.attn_drop if self.training else 0.0)
-        out = self.proj_drop(self.proj(out.transpose(2, 3).flatten(-2)))                      # (B, nW, w^2, C)
-        x = out.view(b, hp // ws, wp // ws, ws, ws, c).transpose(2, 3).reshape(b, hp, wp, c)
-        if s:
-            x = torch.roll(x, (s, s), dims=(1, 2))
-        return x[:, :h, :w].reshape(b, n, c)
+from .base import LiSABackbone, build_blocks, nlc_to_nchw, num_stages_of, to_pair
 
 
 class SwinStage(nn.Module):
@@ -129,22 +37,24 @@ class SwinStage(nn.Module):
         return x
 
 
-class LiSASwinTransformer(BaseModule):
+class LiSASwinTransformer(LiSABackbone):
     """Swin Transformer backbone whose attention is chosen per stage.
 
     Args:
         arch: 't'/'tiny', 's'/'small', 'b'/'base', or a dict with ``embed_dims``
             (int) and per-stage lists ``depths``, ``num_heads``.
         attn_cfgs: one ``dict(type=NAME, **kwargs)`` for all stages or one per
-            stage. 'window': Swin's shifted-window softmax attention
-            (:class:`ShiftedWindowAttention`, ``window_size`` from the dict or
-            the backbone). 'softmax', 'linear', 'flatten', 'lisa': attention over
-            the whole feature map; the backbone supplies dim, heads, ``qkv_bias``,
-            ``proj_drop=drop_rate``, ``attn_drop=attn_drop_rate`` (softmax) and
-            ``pos_shape`` (kernel attentions: the stage's grid at
-            ``pretrain_img_size``); kwargs override them.
-            Default: LiSA in stages 1-2, windows in stages 3-4 (the paper).
-        window_size: window size of the 'window' stages.
+            stage, NAME a registered attention: 'window' (Swin's shifted-window
+            softmax, ``window_size`` 7 unless given, shifted in odd blocks),
+            'softmax', 'linear', 'flatten', 'lisa' (over the whole feature map), ...
+            Every type gets the context of ``..attention.CONTEXT``: dim, heads,
+            ``qkv_bias``, ``attn_drop=attn_drop_rate``, ``proj_drop=drop_rate``,
+            ``pos_shape`` (the stage's grid at ``pretrain_img_size``),
+            ``num_prefix_tokens=0``, ``block_index``; kwargs override them.
+            Default: LiSA in stages 1-2, 7x7 windows in stages 3-4 (FLatten-Swin's
+            placement, see above).
+        pretrain_img_size: input size (int or (H, W)) of the pretraining; sets the
+            grids of the global attentions' positional encodings.
         patch_norm: LayerNorm in the patch embedding and the patch mergings.
         out_indices: stages whose outputs are returned, each after its own
             LayerNorm ``norm{i}`` (strides 4, 8, 16, 32).
@@ -153,11 +63,12 @@ class LiSASwinTransformer(BaseModule):
         frozen_stages: -1 freezes nothing, 0 the patch embedding, k also the
             stages 1..k (with their patch merging and output norm).
         with_cp: gradient checkpointing of every block.
-        init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=...)`` loads an
-            mmpretrain classifier (``prefix='backbone.'``), an official Swin
-            checkpoint or an mmseg/mmdet Swin backbone (keys converted by
-            :func:`convert_swin_checkpoint`), with a report of the tensors loaded,
-            newly initialised and unused; window tables of another size are resized.
+        init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=..., allow_new=...)``
+            (:class:`.base.LiSABackbone`): an official Swin, an mmseg/mmdet/mmpretrain
+            ``SwinTransformer`` or a LiSASwinTransformer checkpoint (e.g. of an
+            mmpretrain classifier, ``prefix='backbone.'``); keys converted by
+            :func:`convert_swin_checkpoint`, here and in every ``load_state_dict``;
+            window tables of another size are resized.
 
     Inputs of any size: the patch embedding and the mergings pad the
     bottom/right edge (stage ``i`` has ``ceil(H / 2^(i+2))`` rows); window
@@ -170,7 +81,6 @@ class LiSASwinTransformer(BaseModule):
         **dict.fromkeys(['b', 'base'], dict(embed_dims=128, depths=[2, 2, 18, 2], num_heads=[4, 8, 16, 32])),
     }
     arch_keys = ('embed_dims', 'depths', 'num_heads')
-    attn_types = ('window', *ATTENTIONS)
 
     def __init__(
         self,
@@ -180,9 +90,8 @@ class LiSASwinTransformer(BaseModule):
         pretrain_img_size: int | Sequence[int] = 224,
         in_channels: int = 3,
         patch_size: int = 4,
-        window_size: int = 7,
         mlp_ratio: float = 4.0,
-        out_indices: Sequence[int] = (0, 1, 2, 3),
+        out_indices: int | Sequence[int] = (0, 1, 2, 3),
         qkv_bias: bool = True,
         patch_norm: bool = True,
         drop_rate: float = 0.0,
@@ -194,38 +103,24 @@ class LiSASwinTransformer(BaseModule):
         with_cp: bool = False,
         init_cfg: dict | None = None,
     ) -> None:
-        super().__init__(init_cfg=init_cfg)
-        settings = resolve_arch(arch, self.arch_zoo, self.arch_keys)
-        depths, num_heads = settings['depths'], settings['num_heads']
-        if len(depths) != len(num_heads) or not depths:
-            raise ValueError(f'arch depths={depths} and num_heads={num_heads} need one entry per stage')
-        num_stages = len(depths)
-        self.out_indices = check_stage_indices(out_indices, frozen_stages, num_stages)
-        self.frozen_stages = frozen_stages
-        attn_cfgs = stage_attn_cfgs(attn_cfgs, num_stages, self.attn_types)
-        self.num_features = [settings['embed_dims'] * 2 ** i for i in range(num_stages)]
+        super().__init__(arch, init_cfg)
+        depths, num_heads = self.arch_settings['depths'], self.arch_settings['num_heads']
+        num_stages = num_stages_of(self.arch_settings, ('depths', 'num_heads'))
+        attn_cfgs = self.check_stage_args(num_stages, out_indices, frozen_stages, attn_cfgs)
+        self.num_features = [self.arch_settings['embed_dims'] * 2 ** i for i in range(num_stages)]
         patch_norm_cfg = norm_cfg if patch_norm else None
 
         self.patch_embed = PatchEmbed(in_channels, self.num_features[0], kernel_size=patch_size, stride=patch_size,
                                       padding='corner', norm_cfg=patch_norm_cfg)
         self.drop_after_pos = nn.Dropout(drop_rate)
-        grid = [math.ceil(s / patch_size) for s in to_2tuple(pretrain_img_size)]
+        grid = [math.ceil(s / patch_size) for s in to_pair(pretrain_img_size, 'pretrain_img_size')]
         dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
         self.stages = nn.ModuleList()
         for i, (dim, depth, heads) in enumerate(zip(self.num_features, depths, num_heads)):
-            blocks = []
-            for j in range(depth):
-                cfg = attn_cfgs[i]
-                if cfg['type'] == 'window':
-                    window_kwargs = dict(window_size=window_size, qkv_bias=qkv_bias, attn_drop=attn_drop_rate,
-                                         proj_drop=drop_rate)
-                    window_kwargs.update((k, v) for k, v in cfg.items() if k != 'type')
-                    attn = ShiftedWindowAttention(dim, heads, shift=j % 2 == 1, **window_kwargs)
-                else:
-                    attn = build_stage_attention(cfg, dim, heads, stage=i, qkv_bias=qkv_bias,
-                                                 attn_drop=attn_drop_rate, proj_drop=drop_rate, pos_shape=grid)
-                blocks.append(TransformerBlock(dim, attn, mlp_ratio, drop_rate, dpr[sum(depths[:i]) + j],
-                                               act_cfg, norm_cfg, with_cp))
+            rates = dpr[sum(depths[:i]):sum(depths[:i + 1])]
+            blocks = build_blocks([attn_cfgs[i]] * depth, dim, heads, int(mlp_ratio * dim), rates, f'stage {i}, ',
+                                  qkv_bias=qkv_bias, attn_drop=attn_drop_rate, drop_rate=drop_rate, pos_shape=grid,
+                                  act_cfg=act_cfg, norm_cfg=norm_cfg, with_cp=with_cp)
             downsample = (PatchMerging(dim, 2 * dim, stride=2, norm_cfg=patch_norm_cfg)
                           if i < num_stages - 1 else None)
             self.stages.append(SwinStage(blocks, downsample))
@@ -246,28 +141,16 @@ class LiSASwinTransformer(BaseModule):
                 x, hw_shape = stage.downsample(x, hw_shape)
         return tuple(outs)
 
-    def _freeze_stages(self) -> None:
-        if self.frozen_stages >= 0:
-            freeze(self.patch_embed, self.drop_after_pos)
-        for i in range(self.frozen_stages):
-            freeze(self.stages[i])
-            if i in self.out_indices:
-                freeze(getattr(self, f'norm{i}'))
+    def frozen_parts(self) -> list[nn.Module]:
+        if self.frozen_stages < 0:
+            return []
+        k = self.frozen_stages
+        return [self.patch_embed, self.drop_after_pos, *self.stages[:k],
+                *(getattr(self, f'norm{i}') for i in self.out_indices if i < k)]
 
-    def train(self, mode: bool = True) -> LiSASwinTransformer:
-        super().train(mode)
-        self._freeze_stages()
-        return self
-
-    def init_weights(self) -> None:
-        init_transformer_weights(self, conv_fan_out=False)
-        for m in self.modules():
-            if isinstance(m, ShiftedWindowAttention):
-                trunc_normal_(m.relative_position_bias_table, std=0.02)
-        if is_pretrained(self.init_cfg):
-            load_pretrained(self, self.init_cfg['checkpoint'], self.init_cfg.get('prefix'), convert_swin_checkpoint)
-        elif self.init_cfg is not None:
-            super().init_weights()
+    @staticmethod
+    def convert_checkpoint(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        return convert_swin_checkpoint(state_dict)
 
 
 def _unfold_order(x: Tensor) -> Tensor:
@@ -292,7 +175,7 @@ def convert_swin_checkpoint(state_dict: Mapping[str, Tensor]) -> dict[str, Tenso
         layers.{i}.downsample.*        -> stages.{i}.downsample.*  (4C axis reordered for nn.Unfold)
         norm.*                         -> norm{last}.*  (the last stage's output norm)
 
-    mmseg/mmdet Swin backbones: ``attn.w_msa.*`` -> ``attn.*``. Always dropped:
+    mmseg/mmdet/mmpretrain ``SwinTransformer``: ``attn.w_msa.*`` -> ``attn.*``. Always dropped:
     ``head.*`` (classification), the buffers ``relative_position_index`` and
     ``attn_mask`` (rebuilt by the model). Other state dicts pass unchanged.
     """
