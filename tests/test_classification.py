@@ -1,4 +1,5 @@
-"""ImageNet pretraining (Table 1, Tables 5-8) and the hand-off of its checkpoint to dense prediction.
+"""ImageNet pretraining (Tables 1 and 5), the mini-ImageNet ablations (Fig. 3, Tables 6-8) and the
+hand-off of the ImageNet checkpoint to dense prediction.
 
 References: the original recipes of DeiT, PVT and Swin (their values written out here), the
 paper's table rows (which attention where), mmengine's optimiser constructor (which parameters
@@ -24,7 +25,9 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 from torch import nn
 
+from projects.lisa.datasets.mini_imagenet import MINI_IMAGENET_CLASSES
 from projects.lisa.models.attention import (
+    AngularAttention,
     FocusedLinearAttention,
     LinearAttention,
     LiSAAttention,
@@ -64,29 +67,30 @@ ROW_ATTENTIONS = {
 # The original recipes: (warm-up epochs, drop path)
 RECIPES = {'deit': (5, 0.1), 'pvt': (5, 0.1), 'swin': (20, 0.2)}
 
-# Tables 5-8: override -> (its base, the backbone's resolved attn_cfgs)
-ABLATIONS = {
-    **{f'deit-tiny_lisa-t{t}_8xb128_in1k.py': ('../deit-tiny_lisa_8xb128_in1k.py', dict(type='lisa', num_steps=t))
-       for t in (1, 2, 4, 5)},
-    'deit-tiny_lisa-t5-global_8xb128_in1k.py':
-        ('./deit-tiny_lisa-t5_8xb128_in1k.py', dict(type='lisa', num_steps=5, use_local=False)),
-    'deit-tiny_lisa-t5-local_8xb128_in1k.py':
-        ('./deit-tiny_lisa-t5_8xb128_in1k.py', dict(type='lisa', num_steps=5, use_global=False)),
-    'deit-small_lisa-t5_8xb128_in1k.py': ('../deit-small_lisa_8xb128_in1k.py', dict(type='lisa', num_steps=5)),
-    'deit-small_lisa-t5-global_8xb128_in1k.py':
-        ('./deit-small_lisa-t5_8xb128_in1k.py', dict(type='lisa', num_steps=5, use_local=False)),
-    'deit-small_lisa-t5-local_8xb128_in1k.py':
-        ('./deit-small_lisa-t5_8xb128_in1k.py', dict(type='lisa', num_steps=5, use_global=False)),
-    **{f'deit-tiny_la{s}_8xb128_in1k.py':
-       ('../deit-tiny_lisa_8xb128_in1k.py', dict(type='linear', focusing='f' in s, dwc='d' in s))
-       for s in ('', '-f', '-d', '-fd')},
-    **{f'deit-tiny_gl-t5{s}_8xb128_in1k.py':
-       ('./deit-tiny_lisa-t5_8xb128_in1k.py', dict(type='lisa', num_steps=5, focusing='f' in s, dwc='d' in s))
-       for s in ('', '-f', '-d')},
-    'deit-tiny_lisa-t5-elu_8xb128_in1k.py':
-        ('./deit-tiny_lisa-t5_8xb128_in1k.py', dict(type='lisa', num_steps=5, feature_map='elu')),
+# Table 5 (DeiT-S, ImageNet-1K): config -> attention in every layer
+TABLE_5 = {
+    'deit-small_softmax_8xb128_in1k.py': SoftmaxAttention, 'deit-small_flatten_8xb128_in1k.py': FocusedLinearAttention,
+    'deit-small_angular_8xb128_in1k.py': AngularAttention, 'deit-small_linear_8xb128_in1k.py': LinearAttention,
+    'deit-small_lisa_8xb128_in1k.py': LiSAAttention,
 }
-ALL_CONFIGS = [*(CLS / n for n in TABLE_1), *(ABL / n for n in ABLATIONS), DEMO]
+
+# The ablations on mini-ImageNet (Fig. 3, Tables 6-8): override -> (its base, the backbone's resolved attn_cfgs)
+MINI = 'deit-tiny_lisa-t5_8xb128_mini-imagenet.py'  # LiSA-DeiT-T, T = 5: the root of every ablation
+MINI_S = 'deit-small_lisa-t5_8xb128_mini-imagenet.py'
+T5 = dict(type='lisa', num_steps=5)
+ABLATIONS = {
+    **{f'deit-tiny_lisa-t{t}_8xb128_mini-imagenet.py': (f'./{MINI}', dict(T5, num_steps=t)) for t in (1, 2, 3, 4)},
+    'deit-tiny_lisa-t5-global_8xb128_mini-imagenet.py': (f'./{MINI}', dict(T5, use_local=False)),
+    'deit-tiny_lisa-t5-local_8xb128_mini-imagenet.py': (f'./{MINI}', dict(T5, use_global=False)),
+    'deit-small_lisa-t5-global_8xb128_mini-imagenet.py': (f'./{MINI_S}', dict(T5, use_local=False)),
+    'deit-small_lisa-t5-local_8xb128_mini-imagenet.py': (f'./{MINI_S}', dict(T5, use_global=False)),
+    **{f'deit-tiny_la{s}_8xb128_mini-imagenet.py': (f'./{MINI}', dict(type='linear', focusing='f' in s, dwc='d' in s))
+       for s in ('', '-f', '-d', '-fd')},
+    **{f'deit-tiny_gl-t5{s}_8xb128_mini-imagenet.py': (f'./{MINI}', dict(T5, focusing='f' in s, dwc='d' in s))
+       for s in ('', '-f', '-d')},
+    'deit-tiny_lisa-t5-elu_8xb128_mini-imagenet.py': (f'./{MINI}', dict(T5, feature_map='elu')),
+}
+ALL_CONFIGS = [*(CLS / n for n in {**TABLE_1, **TABLE_5}), *(ABL / n for n in [MINI, MINI_S, *ABLATIONS]), DEMO]
 
 
 @functools.cache
@@ -128,10 +132,10 @@ def attentions(backbone: nn.Module, family: str) -> list[nn.Module]:
 # ---------------------------------------------------------------------------- the configs
 
 
-def test_classification_folder_holds_table_1_the_ablations_and_one_demo():
+def test_classification_folder_holds_tables_1_and_5_the_ablations_and_one_demo():
     # the BiFormer configs of Table 2 are tested in test_backbone_biformer.py
-    assert {p.name for p in CLS.glob('*.py') if not p.name.startswith('biformer-')} == set(TABLE_1)
-    assert {p.name for p in ABL.glob('*.py')} == set(ABLATIONS)
+    assert {p.name for p in CLS.glob('*.py') if not p.name.startswith('biformer-')} == set(TABLE_1) | set(TABLE_5)
+    assert {p.name for p in ABL.glob('*.py')} == {MINI, MINI_S, *ABLATIONS}
     assert [p.name for p in (CLS / 'demo').glob('*.py')] == [DEMO.name]
 
 
@@ -143,12 +147,13 @@ def test_config_starts_with_custom_imports_and_reaches_mmpretrain_through_its_sc
     while True:
         bases = Config._get_base_files(str(current))
         chain += bases
-        local = [b for b in bases if not b.startswith('mmpretrain::')]
-        assert len(local) <= 1 and len(chain) < 10
+        local = [b for b in bases if not b.startswith('mmpretrain::') and '_base_/' not in b]
+        assert len(local) <= 1 and len(chain) < 16
         if not local:
             break
         current = (current.parent / local[0]).resolve()
     assert any(b.startswith('mmpretrain::') for b in chain)
+    assert '../_base_/lisa_runtime.py' in chain  # the project's runtime layer (where the crash-safe runtime goes)
     cfg = load(path)
     assert cfg.default_scope == 'mmpretrain' and '://' not in cfg.pretty_text
 
@@ -196,7 +201,8 @@ def test_table_1_config_follows_its_original_recipe_at_1024_images_per_step(name
     opt = cfg.optim_wrapper.optimizer
     assert (opt.type, opt.lr, opt.weight_decay, opt.betas, opt.eps) == ('AdamW', 5e-4 * 1024 / 512, 0.05,
                                                                         (0.9, 0.999), 1e-8)
-    assert cfg.optim_wrapper.clip_grad == dict(max_norm=5.0)
+    # DeiT (mmpretrain's config) and Swin (Swin's recipe) clip at norm 5; PVT's and FLatten's PVT recipes do not
+    assert cfg.optim_wrapper.clip_grad == (None if family == 'pvt' else dict(max_norm=5.0))
     warmup, cosine = cfg.param_scheduler
     assert (warmup.type, warmup.end, warmup.start_factor, warmup.by_epoch, warmup.convert_to_iter_based) == (
         'LinearLR', warmup_epochs, 1e-3, True, True)
@@ -291,6 +297,61 @@ def test_ablation_is_a_small_override_changing_only_the_attention_setting_it_nam
         assert (attn.num_steps, attn.use_global, attn.use_local) == (
             expected['num_steps'], expected.get('use_global', True), expected.get('use_local', True))
         assert (attn.alpha is not None) == (attn.use_global and attn.use_local)
+
+
+def test_ablation_root_is_the_imagenet_lisa_deit_t_recipe_on_mini_imagenet_with_t_5():
+    cfg, imagenet = load(ABL / MINI), load(CLS / 'deit-tiny_lisa_8xb128_in1k.py')
+    assert cfg.model.backbone.attn_cfgs == T5 and cfg.model.head.num_classes == cfg.data_preprocessor.num_classes == 100
+    for loader, split, pipeline in (('train_dataloader', 'train', 'train_pipeline'),
+                                    ('val_dataloader', 'val', 'test_pipeline'),
+                                    ('test_dataloader', 'val', 'test_pipeline')):
+        dataset = cfg[loader].dataset
+        assert dict(dataset) == dict(type='CustomDataset', data_root='data/mini-imagenet', with_label=True,
+                                     data_prefix=split, pipeline=imagenet[pipeline])
+    allowed = ('model.backbone.attn_cfgs.num_steps', 'model.head.num_classes', 'data_preprocessor.num_classes',
+               'train_dataloader.dataset', 'val_dataloader.dataset', 'test_dataloader.dataset', 'mini_imagenet')
+    changed = changed_paths(cfg, imagenet)
+    assert changed and all(p.startswith(allowed) for p in changed), changed
+    # DeiT-S (Table 6) is the same root with DeiT's small architecture
+    small = load(ABL / MINI_S)
+    assert changed_paths(small, cfg) == {'model.backbone.arch', 'model.head.in_channels'}
+    assert (small.model.backbone.arch, small.model.head.in_channels) == ('deit-small', 384)
+
+
+def test_fig_3_sweeps_t_1_to_5_on_mini_imagenet():
+    configs = {load(ABL / f'deit-tiny_lisa-t{t}_8xb128_mini-imagenet.py').model.backbone.attn_cfgs.num_steps: t
+               for t in range(1, 6)}
+    assert configs == {t: t for t in range(1, 6)}
+
+
+@pytest.mark.parametrize('name', TABLE_5)
+def test_table_5_rows_are_deit_s_on_imagenet_differing_only_in_the_attention(name):
+    cfg, lisa = load(CLS / name), load(CLS / 'deit-small_lisa_8xb128_in1k.py')
+    changed = changed_paths(cfg, lisa)
+    assert all(p.startswith('model.backbone.attn_cfgs') for p in changed), changed
+    assert cfg.model.backbone.arch == 'deit-small' and cfg.train_dataloader.dataset.type == 'ImageNet'
+    model = build_classifier(CLS / name).eval()
+    assert {type(a) for a in attentions(model.backbone, 'deit')} == {TABLE_5[name]}
+    attn = model.backbone.layers[0].attn
+    if TABLE_5[name] in (LinearAttention, AngularAttention):  # the kernels alone: no focusing, no depthwise conv
+        assert attn.focusing_factor is None and attn.dwc is None
+    with torch.no_grad():
+        assert model(torch.rand(1, 3, 32, 32), mode='tensor').shape == (1, 1000)
+
+
+def test_mini_imagenet_classes_are_the_folders_mmpretrain_reads_in_label_order(tmp_path):
+    from mmpretrain.datasets import CustomDataset
+    for split, n in (('train', 2), ('val', 1)):
+        for wnid in reversed(MINI_IMAGENET_CLASSES):
+            for i in range(n):
+                (tmp_path / split / wnid).mkdir(parents=True, exist_ok=True)
+                (tmp_path / split / wnid / f'{wnid}_{i}.JPEG').touch()
+    fragment = dict(load(ABL / MINI).mini_imagenet)
+    assert fragment.pop('type') == 'CustomDataset'
+    for split, n in (('train', 2), ('val', 1)):
+        dataset = CustomDataset(**{**fragment, 'data_root': str(tmp_path)}, data_prefix=split, lazy_init=False)
+        assert dataset.CLASSES == MINI_IMAGENET_CLASSES and len(dataset) == 100 * n
+        assert [dataset.get_cat_ids(i) for i in range(0, 100 * n, n)] == [[c] for c in range(100)]
 
 
 # What the CPU variant may change: image sizes, schedule length, batch and loader processes,

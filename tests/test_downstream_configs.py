@@ -95,9 +95,11 @@ def test_config_starts_with_custom_imports_and_inherits_an_mm_base_through_its_s
         if not local:
             break
         current = current.parent / local[0]
-    scope = ROWS[path][0]
-    assert chain and all(b.startswith(('./', f'{scope}::')) for b in chain)
+    scope, family, _ = ROWS[path]
+    assert chain and all(b.startswith(('./', f'{scope}::', '../_base_/')) for b in chain)
     assert any(b.startswith(f'{scope}::') for b in chain)
+    # the project's runtime layer (where the crash-safe runtime goes) and the shared fragments
+    assert {'../_base_/lisa_runtime.py', f'../_base_/models/{family}.py', '../_base_/no_weight_decay.py'} <= set(chain)
 
 
 @pytest.mark.parametrize('path', [*ROWS, *DEMOS], ids=[*ids, *(p.name for p in DEMOS)])
@@ -113,12 +115,12 @@ def test_config_needs_no_internet_and_reads_the_mm_data_paths(path):
 
 
 @pytest.mark.parametrize('path', ROWS, ids=ids)
-def test_pretrained_backbone_is_the_config_variable_and_a_local_file(path):
+def test_pretrained_backbone_is_the_pretrained_variable_and_a_local_file(path):
     cfg = load(path)
-    variable = 'checkpoint_file' if path.name.startswith('upernet') else 'pretrained'
     init = cfg.model.backbone.init_cfg
-    assert init.type == 'Pretrained' and init.checkpoint == cfg[variable]
-    assert cfg[variable].startswith('pretrain/') and cfg[variable].endswith('_in1k.pth')
+    assert init.type == 'Pretrained' and init.checkpoint == cfg.pretrained
+    assert cfg.pretrained.startswith('pretrain/') and cfg.pretrained.endswith('_in1k.pth')
+    assert cfg.get('checkpoint_file') is None  # mmseg's Swin variable for the official weights' URL is unset
     assert init.prefix == 'backbone.'  # an mmpretrain ImageClassifier checkpoint
     assert cfg.model.get('pretrained') is None  # the mm bases' 'open-mmlab://' / URL weights are gone
 
@@ -154,8 +156,8 @@ def test_backbone_has_the_attention_of_its_table_row_and_feeds_the_heads(path):
 @pytest.mark.parametrize('path', [p for p in ROWS if p.name.startswith('fpn')], ids=lambda p: p.name)
 def test_semantic_fpn_configs_follow_the_pvt_recipe(path):
     cfg = load(path)
+    assert cfg.optim_wrapper.type == 'OptimWrapper'
     assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=2e-4, weight_decay=1e-4)
-    assert 'paramwise_cfg' not in cfg.optim_wrapper
     (poly, ) = cfg.param_scheduler
     assert (poly.type, poly.power, poly.eta_min, poly.end, poly.by_epoch) == ('PolyLR', 0.9, 0.0, 40000, False)
     assert cfg.train_cfg.max_iters == 40000 and cfg.train_dataloader.batch_size == 4  # x 8 GPUs = 32
@@ -164,6 +166,12 @@ def test_semantic_fpn_configs_follow_the_pvt_recipe(path):
     assert cfg.model.neck.out_channels == 256 and cfg.model.decode_head.channels == 128
     assert cfg.model.decode_head.num_classes == 150
     assert cfg.model.backbone.drop_path_rate == 0.1
+    # PVT's evaluation: (2048, 512) keeping the ratio, sides rounded up to multiples of 32, labels untouched
+    for loader in ('val_dataloader', 'test_dataloader'):
+        assert [t.type for t in cfg[loader].dataset.pipeline] == [
+            'LoadImageFromFile', 'AlignResize', 'LoadAnnotations', 'PackSegInputs']
+        align = cfg[loader].dataset.pipeline[1]
+        assert (align.scale, align.size_divisor) == ((2048, 512), 32)
 
 
 @pytest.mark.parametrize('path', [p for p in ROWS if p.name.startswith('upernet')], ids=lambda p: p.name)
@@ -181,40 +189,119 @@ def test_upernet_configs_follow_the_swin_recipe(path):
     assert cfg.model.backbone.drop_path_rate == 0.3
 
 
-@pytest.mark.parametrize('path', [p for p in ROWS if p.name.startswith('mask-rcnn')], ids=lambda p: p.name)
-def test_mask_rcnn_configs_follow_the_1x_schedule_and_their_backbone_recipe(path):
+@pytest.mark.parametrize('path', [p for p in ROWS if p.name.startswith('mask-rcnn') and 'pvt' in p.name],
+                         ids=lambda p: p.name)
+def test_mask_rcnn_pvt_configs_follow_the_pvt_1x_recipe(path):
     cfg = load(path)
     warmup, steps = cfg.param_scheduler
-    assert warmup.type == 'LinearLR' and not warmup.by_epoch and 500 <= warmup.end <= 1000
-    assert steps.type == 'MultiStepLR' and steps.by_epoch and steps.milestones == [8, 11]
+    assert (warmup.type, warmup.by_epoch, warmup.begin, warmup.end) == ('LinearLR', False, 0, 500)
+    assert (steps.type, steps.by_epoch, steps.milestones) == ('MultiStepLR', True, [8, 11])
     assert cfg.train_cfg.max_epochs == 12 and cfg.train_dataloader.batch_size == 2  # x 8 GPUs = 16
-    resize = [t for t in cfg.train_dataloader.dataset.pipeline if t.type == 'Resize'][0]
-    assert resize.scale == (1333, 800)
-    if 'swin' in path.name:
-        assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05)
-        assert cfg.model.backbone.drop_path_rate == 0.2
-    else:
-        assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=2e-4, weight_decay=1e-4)
-        assert cfg.model.backbone.drop_path_rate == 0.1
+    assert [t.type for t in cfg.train_dataloader.dataset.pipeline] == [
+        'LoadImageFromFile', 'LoadAnnotations', 'Resize', 'RandomFlip', 'PackDetInputs']
+    resize = cfg.train_dataloader.dataset.pipeline[2]
+    assert resize.scale == (1333, 800) and resize.keep_ratio  # single scale
+    assert cfg.optim_wrapper.type == 'OptimWrapper'
+    assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=2e-4, weight_decay=1e-4)
+    assert cfg.model.backbone.drop_path_rate == 0.1
 
 
-@pytest.mark.parametrize('path', [p for p in ROWS if 'swin' in p.name], ids=lambda p: p.name)
-def test_swin_recipes_exempt_norms_and_position_tables_from_weight_decay(path):
+SWIN_SCALES = [(s, 1333) for s in range(480, 801, 32)]  # short side 480-800 in steps of 32, long side <= 1333
+
+
+@pytest.mark.parametrize('path', [p for p in ROWS if p.name.startswith('mask-rcnn') and 'swin' in p.name],
+                         ids=lambda p: p.name)
+def test_mask_rcnn_swin_configs_follow_the_official_swin_1x_multiscale_crop_recipe(path):
+    cfg = load(path)
+    # 12 epochs of 16 images, 500-iteration linear warm-up from lr x 0.001, lr x 0.1 after epochs 8 and 11
+    assert cfg.train_cfg.max_epochs == 12 and cfg.train_dataloader.batch_size == 2  # x 8 GPUs = 16
+    warmup, steps = cfg.param_scheduler
+    assert (warmup.type, warmup.start_factor, warmup.by_epoch, warmup.begin, warmup.end) == (
+        'LinearLR', 0.001, False, 0, 500)
+    assert (steps.type, steps.by_epoch, steps.begin, steps.end, steps.milestones, steps.gamma) == (
+        'MultiStepLR', True, 0, 12, [8, 11], 0.1)
+    # AdamW lr 1e-4, betas (0.9, 0.999), weight decay 0.05, fp16 (dynamic loss scale), drop path 0.1
+    assert cfg.optim_wrapper.type == 'AmpOptimWrapper' and cfg.optim_wrapper.get('loss_scale', 'dynamic') == 'dynamic'
+    assert cfg.optim_wrapper.optimizer == dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05)
+    assert cfg.optim_wrapper.get('clip_grad') is None
+    assert cfg.model.backbone.drop_path_rate == 0.1
+    # multi-scale training, or (DETR's policy) resize to 400/500/600, crop 384-600, resize to 480-800
+    pipeline = cfg.train_dataloader.dataset.pipeline
+    assert [t.type for t in pipeline] == [
+        'LoadImageFromFile', 'LoadAnnotations', 'RandomFlip', 'RandomChoice', 'PackDetInputs']
+    assert pipeline[1].with_bbox and pipeline[1].with_mask and pipeline[2].prob == 0.5
+    scales, crop = pipeline[3].transforms
+    (resize, ) = scales
+    assert (resize.type, resize.scales, resize.keep_ratio) == ('RandomChoiceResize', SWIN_SCALES, True)
+    first, cropping, second = crop
+    assert (first.type, first.scales, first.keep_ratio) == (
+        'RandomChoiceResize', [(400, 1333), (500, 1333), (600, 1333)], True)
+    assert (cropping.type, cropping.crop_type, cropping.crop_size, cropping.allow_negative_crop) == (
+        'RandomCrop', 'absolute_range', (384, 600), True)
+    assert (second.type, second.scales, second.keep_ratio) == ('RandomChoiceResize', SWIN_SCALES, True)
+    # evaluation at (1333, 800)
+    test = {t.type: t for t in cfg.test_dataloader.dataset.pipeline}
+    assert test['Resize'].scale == (1333, 800) and test['Resize'].keep_ratio
+
+
+@pytest.mark.parametrize('path', ROWS, ids=ids)
+def test_norms_position_tables_and_attention_scalars_do_not_decay(path):
     cfg = load(path)
     decay = cfg.optim_wrapper.optimizer.weight_decay
     model = build_model(path)
-    groups = build_optim_wrapper(model, cfg.optim_wrapper).optimizer.param_groups
+    wrapper = dict(cfg.optim_wrapper, type='OptimWrapper')  # the same groups as fp16's AmpOptimWrapper (GPU only)
+    wrapper.pop('loss_scale', None)
+    groups = build_optim_wrapper(model, wrapper).optimizer.param_groups
     by_param = {id(p): g['weight_decay'] for g in groups for p in g['params']}
-    named = dict(model.named_parameters())
-    exempt = [n for n in named if n.startswith('backbone.') and (
-        'norm' in n or 'relative_position_bias_table' in n or 'positional_encoding' in n)]
-    explicit = ['backbone.stages.0.blocks.0.norm1.weight', 'backbone.norm3.bias',
-                'backbone.stages.2.blocks.1.attn.relative_position_bias_table']
-    if ROWS[path][2] != 'swin':  # the kernel attentions of stages 1-2
-        explicit.append('backbone.stages.0.blocks.0.attn.positional_encoding.weight')
-    assert set(explicit) <= set(exempt)
-    assert all(by_param[id(named[n])] == 0 for n in exempt)
-    assert by_param[id(named['backbone.stages.0.blocks.0.attn.qkv.weight'])] == decay
+    norms = {f'backbone.{n}.{k}' for n, m in model.backbone.named_modules() if isinstance(m, torch.nn.LayerNorm)
+             for k in ('weight', 'bias')}
+    exempt_names = ('pos_embed', 'relative_position_bias_table', 'positional_encoding', 'attn.scale', 'attn.alpha',
+                    'step_mlp.0.bias', 'step_mlp.2.bias')
+    seen = set()
+    for name, p in model.named_parameters():
+        if not name.startswith('backbone.'):
+            continue
+        exempt = name in norms or any(e in name for e in exempt_names)
+        seen |= {e for e in exempt_names if e in name}
+        assert by_param[id(p)] == (0.0 if exempt else decay), name
+    family, row = ROWS[path][1:]
+    expected = {'pvt': {'pos_embed'}, 'swin': {'relative_position_bias_table'}}[family]
+    expected |= {'lisa': {'positional_encoding', 'attn.scale', 'attn.alpha', 'step_mlp.0.bias', 'step_mlp.2.bias'},
+                 'flatten': {'positional_encoding', 'attn.scale'}}.get(row, set())
+    assert seen == expected
+
+
+def lisa_row_of(path: Path) -> Path:
+    """The LiSA config of the same head and backbone as ``path``."""
+    scope, family, _ = ROWS[path]
+    head = path.name.split('_')[0]
+    (lisa, ) = [p for p in ROWS if ROWS[p] == (scope, family, 'lisa') and p.name.split('_')[0] == head]
+    return lisa
+
+
+@pytest.mark.parametrize('path', [p for p in ROWS if ROWS[p][2] != 'lisa'], ids=lambda p: p.name)
+def test_baseline_rows_differ_from_the_lisa_row_only_in_the_attention_and_the_weights(path):
+    lisa = lisa_row_of(path)
+    assert Config._get_base_files(str(path)) == [f'./{lisa.name}']
+    changed = config_diff(load(path).to_dict(), load(lisa).to_dict())
+    assert changed and all(c.startswith(('model.backbone.attn_cfgs', 'model.backbone.init_cfg.checkpoint'))
+                           or c == 'pretrained' for c in changed), changed
+
+
+def test_backbone_dicts_live_in_one_base_fragment_per_backbone():
+    # every config builds its backbone from configs/_base_/models/<family>.py: no other config
+    # names a LiSA backbone type, and only the ablations (one attention setting each) name the
+    # attention argument
+    fragments = ROOT / 'configs' / '_base_' / 'models'
+    ablations = ROOT / 'configs' / 'classification' / 'ablations'
+    for path in (ROOT / 'configs').rglob('*.py'):
+        if fragments in path.parents:
+            continue
+        text = path.read_text()
+        assert not any(f"type='{t}'" in text for t in ('LiSAPVT', 'LiSASwinTransformer', 'LiSAViT')), path
+        assert 'attn_cfgs=' not in text or path.parent == ablations, path
+    for family, backbone in (('pvt', 'LiSAPVT'), ('swin', 'LiSASwinTransformer'), ('deit', 'LiSAViT')):
+        assert (fragments / f'{family}.py').read_text().count(f"type='{backbone}'") == 1
 
 
 def config_diff(a, b, path=''):

@@ -11,7 +11,7 @@ custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
     'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py',
-    'mmpretrain::_base_/default_runtime.py'
+    'mmpretrain::_base_/default_runtime.py', '../_base_/lisa_runtime.py', '../_base_/no_weight_decay.py'
 ]
 
 model = dict(
@@ -40,14 +40,9 @@ model = dict(
 
 train_dataloader = dict(batch_size=128, sampler=dict(type='RepeatAugSampler', shuffle=True))
 
-# The base keeps decay off norms, biases and 1-D parameters (LiSA's `alpha`); also off the kernel
-# attentions' feature scale and position tables (LiSA rows; BiFormer has neither).
-optim_wrapper = dict(
-    paramwise_cfg=dict(custom_keys={
-        '.positional_encoding': dict(decay_mult=0.0),
-        '.scale': dict(decay_mult=0.0),
-    }),
-    clip_grad=None)
+# The base keeps decay off norms, biases and 1-D parameters; the project's rule adds position tables
+# and the attentions' own scalars (LiSA rows; BiFormer has neither).
+optim_wrapper = dict(paramwise_cfg=_base_.no_decay, clip_grad=None)
 warmup_epochs = 5
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=warmup_epochs, convert_to_iter_based=True),

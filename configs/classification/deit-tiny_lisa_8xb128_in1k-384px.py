@@ -6,7 +6,7 @@ custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = './deit-tiny_lisa_8xb128_in1k.py'
 
 img_size = 384
-model = dict(backbone=dict(img_size=img_size))
+model = dict(backbone=dict(pretrain_img_size=img_size))
 
 sizes = dict(RandomResizedCrop=dict(scale=img_size), ResizeEdge=dict(scale=438), CenterCrop=dict(crop_size=img_size))
 train_pipeline = [{**t, **sizes.get(t['type'], {})} for t in _base_.train_pipeline]

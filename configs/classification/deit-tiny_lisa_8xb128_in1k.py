@@ -4,29 +4,18 @@
 # values where mmpretrain departs from them: drop path 0.1 and a 5-epoch warm-up.
 # 300 epochs of 1024 images (8 GPUs x 128), AdamW lr 1e-3 (5e-4 x 1024 / 512), weight decay 0.05,
 # cosine to 1e-5, RandAugment (m9, mstd 0.5), mixup 0.8 / cutmix 1.0, random erasing 0.25,
-# label smoothing 0.1, gradient clipping at norm 5.
+# label smoothing 0.1, gradient clipping at norm 5 (mmpretrain's DeiT config).
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
-_base_ = 'mmpretrain::deit/deit-tiny_4xb256_in1k.py'
+_base_ = [
+    'mmpretrain::deit/deit-tiny_4xb256_in1k.py', '../_base_/lisa_runtime.py', '../_base_/models/deit.py',
+    '../_base_/no_weight_decay.py'
+]
 
-model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='LiSAViT',
-        arch='deit-tiny',
-        img_size=224,
-        patch_size=16,
-        attn_cfg=dict(type='lisa', num_steps=3),
-        drop_path_rate=0.1))
+model = dict(backbone=dict(_delete_=True, **_base_.deit_backbone))
 
 train_dataloader = dict(batch_size=128)
 
-# No weight decay on position tables and on FLatten's per-channel feature scale (as on norms);
-# LiSA's per-head mixing logit `alpha` is 1-D and covered by the base's flat_decay_mult=0.
-optim_wrapper = dict(
-    paramwise_cfg=dict(custom_keys={
-        '.positional_encoding': dict(decay_mult=0.0),
-        '.scale': dict(decay_mult=0.0),
-    }))
+optim_wrapper = dict(paramwise_cfg=_base_.no_decay)
 warmup_epochs = 5
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=warmup_epochs, convert_to_iter_based=True),

@@ -3,4 +3,4 @@
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = './deit-tiny_lisa_8xb128_in1k.py'
 
-model = dict(backbone=dict(attn_cfg=dict(_delete_=True, type='softmax')))
+model = dict(backbone=_base_.deit_attention.softmax)

@@ -2,4 +2,4 @@
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = './pvt-small_lisa_8xb128_in1k.py'
 
-model = dict(backbone=dict(attn_cfgs=dict(_delete_=True, type='flatten')))
+model = dict(backbone=_base_.pvt_attention.flatten)

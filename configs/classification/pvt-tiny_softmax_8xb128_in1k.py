@@ -3,4 +3,4 @@
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = './pvt-tiny_lisa_8xb128_in1k.py'
 
-model = dict(backbone=dict(attn_cfgs=[dict(type='softmax', sr_ratio=r) for r in (8, 4, 2, 1)]))
+model = dict(backbone=_base_.pvt_attention.softmax)

@@ -3,4 +3,4 @@
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = './swin-tiny_lisa_8xb128_in1k.py'
 
-model = dict(backbone=dict(attn_cfgs=dict(_delete_=True, type='window')))
+model = dict(backbone=_base_.swin_attention.softmax)

@@ -5,4 +5,4 @@ _base_ = './mask-rcnn_lisa-pvt-t_fpn_1x_coco.py'
 
 pretrained = 'pretrain/flatten-pvt-t_in1k.pth'
 
-model = dict(backbone=dict(attn_cfgs=dict(type='flatten'), init_cfg=dict(checkpoint=pretrained)))
+model = dict(backbone=dict(**_base_.pvt_attention.flatten, init_cfg=dict(checkpoint=pretrained)))

@@ -5,7 +5,4 @@ _base_ = './mask-rcnn_lisa-swin-t_fpn_1x_coco.py'
 
 pretrained = 'pretrain/flatten-swin-t_in1k.pth'
 
-model = dict(
-    backbone=dict(
-        attn_cfgs=[dict(type='flatten'), dict(type='flatten'), dict(type='window'), dict(type='window')],
-        init_cfg=dict(checkpoint=pretrained)))
+model = dict(backbone=dict(**_base_.swin_attention.flatten, init_cfg=dict(checkpoint=pretrained)))

@@ -4,7 +4,4 @@ _base_ = './mask-rcnn_lisa-pvt-t_fpn_1x_coco.py'
 
 pretrained = 'pretrain/pvt-t_in1k.pth'
 
-model = dict(
-    backbone=dict(
-        attn_cfgs=[dict(type='softmax', sr_ratio=r) for r in (8, 4, 2, 1)],
-        init_cfg=dict(checkpoint=pretrained)))
+model = dict(backbone=dict(**_base_.pvt_attention.softmax, init_cfg=dict(checkpoint=pretrained)))

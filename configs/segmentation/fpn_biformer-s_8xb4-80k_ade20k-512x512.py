@@ -4,15 +4,15 @@
 # at 512 px), drop path 0.15, SyncBN in the backbone's convolutions, AdamW lr 2e-4, weight decay 1e-4,
 # 1000 iterations of linear warm-up from 0.1 x lr then cosine to 1e-8 x lr, 80k iterations of 32
 # images (8 GPUs x 4), fp16 with loss scale 512, FPN neck 256 and FPN head 128 channels (mmseg's
-# fpn_r50 base), mmseg's ADE20K pipeline (BiFormer tests after resizing to a multiple of 32; mmseg's
-# test resize keeps the exact scale, and the backbone pads).
+# fpn_r50 base), mmseg's ADE20K pipeline, evaluated at (2048, 512) with both sides rounded up to
+# multiples of 32 (AlignResize, as BiFormer's UniFormer-based pipeline does).
 # Backbone outputs: LayerNorm on stages 1-3 (new, as BiFormer's dense model adds them); the last stage
 # keeps the ImageNet classifier's BatchNorm, so the classifier checkpoint loads completely (BiFormer
 # replaces it by a new LayerNorm: final_norm_cfg=dict(type='LN', eps=1e-6)).
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = [
     'mmseg::_base_/models/fpn_r50.py', 'mmseg::_base_/datasets/ade20k.py',
-    'mmseg::_base_/default_runtime.py', 'mmseg::_base_/schedules/schedule_80k.py'
+    'mmseg::_base_/default_runtime.py', 'mmseg::_base_/schedules/schedule_80k.py', '../_base_/lisa_runtime.py'
 ]
 
 # ImageNet-1K weights of the backbone: an mmpretrain checkpoint of configs/classification (keys
@@ -40,6 +40,15 @@ model = dict(
                       allow_new=['norm0.*', 'norm1.*', 'norm2.*'])),
     neck=dict(in_channels=[64, 128, 256, 512]),
     decode_head=dict(num_classes=150))
+
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='AlignResize', scale=(2048, 512), size_divisor=32),
+    dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='PackSegInputs')
+]
+val_dataloader = dict(dataset=dict(pipeline=test_pipeline))
+test_dataloader = val_dataloader
 
 optim_wrapper = dict(
     _delete_=True,

@@ -4,7 +4,4 @@ _base_ = './fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'
 
 pretrained = 'pretrain/pvt-t_in1k.pth'
 
-model = dict(
-    backbone=dict(
-        attn_cfgs=[dict(type='softmax', sr_ratio=r) for r in (8, 4, 2, 1)],
-        init_cfg=dict(checkpoint=pretrained)))
+model = dict(backbone=dict(**_base_.pvt_attention.softmax, init_cfg=dict(checkpoint=pretrained)))

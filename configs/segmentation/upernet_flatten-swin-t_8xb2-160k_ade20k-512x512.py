@@ -3,9 +3,6 @@
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = './upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py'
 
-checkpoint_file = 'pretrain/flatten-swin-t_in1k.pth'
+pretrained = 'pretrain/flatten-swin-t_in1k.pth'
 
-model = dict(
-    backbone=dict(
-        attn_cfgs=[dict(type='flatten'), dict(type='flatten'), dict(type='window'), dict(type='window')],
-        init_cfg=dict(checkpoint=checkpoint_file)))
+model = dict(backbone=dict(**_base_.swin_attention.flatten, init_cfg=dict(checkpoint=pretrained)))

@@ -4,23 +4,22 @@
 # iterations of linear warm-up then poly decay (power 1.0), 160k iterations of 16 images
 # (8 GPUs x 2), UperHead 512 channels + auxiliary FCN head (loss weight 0.4), drop-path 0.3.
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
-_base_ = 'mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'
+_base_ = [
+    'mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
+    '../_base_/lisa_runtime.py', '../_base_/models/swin.py', '../_base_/no_weight_decay.py'
+]
 
-# ImageNet-1K weights of the backbone (the base's variable, whose URL it replaces): an
-# mmpretrain checkpoint of configs/classification (keys 'backbone.*'), copied or linked here.
-checkpoint_file = 'pretrain/lisa-swin-t_in1k.pth'
+# ImageNet-1K weights of the backbone: an mmpretrain checkpoint of
+# configs/classification (keys 'backbone.*'), copied or linked to this path.
+pretrained = 'pretrain/lisa-swin-t_in1k.pth'
+checkpoint_file = None  # the base's variable for the official Swin weights' URL; unused here
 
 model = dict(
     backbone=dict(
         _delete_=True,
-        type='LiSASwinTransformer',
-        arch='tiny',
-        window_size=7,
-        attn_cfgs=[dict(type='lisa'), dict(type='lisa'), dict(type='window'), dict(type='window')],
-        pretrain_img_size=224,
+        **_base_.swin_backbone,
         out_indices=(0, 1, 2, 3),
         drop_path_rate=0.3,
-        init_cfg=dict(type='Pretrained', checkpoint=checkpoint_file, prefix='backbone.')))
+        init_cfg=dict(type='Pretrained', checkpoint=pretrained, prefix='backbone.')))
 
-# No weight decay on the kernel attentions' learnable positional encoding either.
-optim_wrapper = dict(paramwise_cfg=dict(custom_keys={'positional_encoding': dict(decay_mult=0.)}))
+optim_wrapper = dict(paramwise_cfg=_base_.no_decay)

@@ -2,7 +2,6 @@
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = './upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py'
 
-checkpoint_file = 'pretrain/swin-t_in1k.pth'
+pretrained = 'pretrain/swin-t_in1k.pth'
 
-model = dict(
-    backbone=dict(attn_cfgs=[dict(type='window') for _ in range(4)], init_cfg=dict(checkpoint=checkpoint_file)))
+model = dict(backbone=dict(**_base_.swin_attention.softmax, init_cfg=dict(checkpoint=pretrained)))

@@ -39,4 +39,6 @@ def register_all_modules() -> list[str]:
         for module in modules:
             if registry.get(module.__name__) is not module:
                 registry.register_module(module=module)
+    if 'mmseg' in scopes:  # AlignResize into mmseg's TRANSFORMS (PVT's Semantic FPN evaluation)
+        importlib.import_module(f'{__package__}.datasets.transforms')
     return scopes

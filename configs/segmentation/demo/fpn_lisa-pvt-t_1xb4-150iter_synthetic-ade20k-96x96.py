@@ -19,7 +19,7 @@ model = dict(
     decode_head=dict(norm_cfg=norm_cfg))
 
 # The base pipelines with the demo's sizes.
-sizes = dict(RandomResize=dict(scale=scale), RandomCrop=dict(crop_size=crop_size), Resize=dict(scale=scale))
+sizes = dict(RandomResize=dict(scale=scale), RandomCrop=dict(crop_size=crop_size), AlignResize=dict(scale=scale))
 train_pipeline = [{**t, **sizes.get(t['type'], {})} for t in _base_.train_pipeline]
 test_pipeline = [{**t, **sizes.get(t['type'], {})} for t in _base_.test_pipeline]
 train_dataloader = dict(

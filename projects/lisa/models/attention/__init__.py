@@ -1,9 +1,10 @@
-"""Attention family: softmax, Swin's window, plain linear, FLatten, LiSA and BiFormer's, built by name.
+"""Attention family: softmax, Swin's window, plain linear, FLatten, linear angular, LiSA and BiFormer's, by name.
 
 Every type is built by :func:`build_attention` from ``dict(type=NAME, **kwargs)`` through one
 constructor contract (:data:`CONTEXT`); :func:`register_attention` adds a type. Depends on torch
 alone (no OpenMMLab import), so the operator and its benchmarks run anywhere torch does.
 """
+from .angular import AngularAttention
 from .base import ATTENTIONS, CONTEXT, KernelAttention, build_attention, check_attention_type, register_attention
 from .bra import BiLevelRoutingAttention, LePEAttention
 from .linear import FocusedLinearAttention, LinearAttention
@@ -13,6 +14,6 @@ from .window import ShiftedWindowAttention
 
 __all__ = [
     'ATTENTIONS', 'CONTEXT', 'build_attention', 'check_attention_type', 'register_attention', 'KernelAttention',
-    'SoftmaxAttention', 'ShiftedWindowAttention', 'LinearAttention', 'FocusedLinearAttention', 'LiSAAttention',
-    'BiLevelRoutingAttention', 'LePEAttention'
+    'SoftmaxAttention', 'ShiftedWindowAttention', 'LinearAttention', 'FocusedLinearAttention', 'AngularAttention',
+    'LiSAAttention', 'BiLevelRoutingAttention', 'LePEAttention'
 ]

@@ -1,6 +1,0 @@
-# LiSA-DeiT-T's global-local kernel (GL) with the focusing function (F) only:
-# Table 7 (69.3 top-1; GL + F + D is ./deit-tiny_lisa-t5_8xb128_in1k.py, 76.3).
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
-_base_ = './deit-tiny_lisa-t5_8xb128_in1k.py'
-
-model = dict(backbone=dict(attn_cfg=dict(focusing=True, dwc=False)))

@@ -1,5 +1,0 @@
-# DeiT-T with plain linear attention (LA, one hop) and the depthwise conv (D): Table 7 (73.3 top-1).
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
-_base_ = '../deit-tiny_lisa_8xb128_in1k.py'
-
-model = dict(backbone=dict(attn_cfg=dict(_delete_=True, type='linear', focusing=False, dwc=True)))

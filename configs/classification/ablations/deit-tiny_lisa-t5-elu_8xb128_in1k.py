@@ -1,6 +1,0 @@
-# LiSA-DeiT-T with the ELU + 1 feature map instead of ReLU: Table 8 (76.0 top-1; ReLU,
-# ./deit-tiny_lisa-t5_8xb128_in1k.py: 76.3).
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
-_base_ = './deit-tiny_lisa-t5_8xb128_in1k.py'
-
-model = dict(backbone=dict(attn_cfg=dict(feature_map='elu')))

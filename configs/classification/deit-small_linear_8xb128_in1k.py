@@ -1,0 +1,6 @@
+# DeiT-S with plain linear attention (ReLU features, one hop, no focusing, no depthwise conv) in all
+# layers, under the LiSA-DeiT-S recipe: Table 5, linear attention row (its value is not in our notes).
+custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+_base_ = './deit-small_lisa_8xb128_in1k.py'
+
+model = dict(backbone=_base_.deit_attention.linear)

@@ -1,0 +1,69 @@
+"""Mean ± std over the seed runs of each config (Fig. 3 reports 3 runs per truncation depth T).
+
+    python tools/report_seeds.py WORK_DIR [WORK_DIR ...] [--metric accuracy/top1] [--reduce last|max]
+        [--json OUT]
+
+Each WORK_DIR holds one run per seed, as tools/dist_train_seeds.sh writes them:
+``WORK_DIR/seed<S>/<timestamp>/vis_data/scalars.json`` (MMEngine's own log of the validation
+metrics). A run's value is its metric at the last validation (``--reduce last``, default) or
+its best (``--reduce max``); when a run was resumed, the newest log that holds the metric
+counts. The table gives the mean and the sample standard deviation (n - 1) over the seeds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+
+def run_metric(run: Path, metric: str, reduce: str) -> float:
+    """The metric of one run (``run/<timestamp>/vis_data/scalars.json``, newest first)."""
+    for log in sorted(run.glob('*/vis_data/scalars.json'), key=lambda p: p.parent.parent.name, reverse=True):
+        values = [entry[metric] for line in log.read_text().splitlines() if line.strip()
+                  for entry in [json.loads(line)] if metric in entry]
+        if values:
+            return values[-1] if reduce == 'last' else max(values)
+    raise FileNotFoundError(f'no {metric!r} in any {run}/*/vis_data/scalars.json')
+
+
+def summarise(work_dir: Path, metric: str, reduce: str) -> dict:
+    """``{'config', 'seeds', 'values', 'mean', 'std'}`` over ``work_dir/seed*``."""
+    runs = sorted((p for p in work_dir.glob('seed*') if p.is_dir() and p.name[len('seed'):].isdigit()),
+                  key=lambda p: int(p.name[len('seed'):]))
+    if not runs:
+        raise FileNotFoundError(f'{work_dir} holds no seed<S> run folders')
+    values = [run_metric(r, metric, reduce) for r in runs]
+    return dict(config=work_dir.name, seeds=[int(r.name[len('seed'):]) for r in runs], values=values,
+                mean=statistics.fmean(values), std=statistics.stdev(values) if len(values) > 1 else math.nan)
+
+
+def markdown(rows: list[dict], metric: str) -> str:
+    lines = [f'| config | {metric}: mean ± std | runs (seed: value) |', '|---|---|---|']
+    for r in rows:
+        runs = ', '.join(f'{s}: {v:.2f}' for s, v in zip(r['seeds'], r['values']))
+        lines.append(f"| {r['config']} | {r['mean']:.2f} ± {r['std']:.2f} | {runs} |")
+    return '\n'.join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('work_dirs', nargs='+', type=Path, help='one folder per config, holding seed<S>/ runs')
+    parser.add_argument('--metric', default='accuracy/top1', help='metric key (default: accuracy/top1)')
+    parser.add_argument('--reduce', choices=('last', 'max'), default='last',
+                        help='value of a run: at its last validation (default) or its best')
+    parser.add_argument('--json', type=Path, help='also write the rows to this JSON file')
+    args = parser.parse_args(argv)
+    try:
+        rows = [summarise(d, args.metric, args.reduce) for d in args.work_dirs]
+    except FileNotFoundError as error:
+        sys.exit(f'report_seeds: {error}')
+    print(markdown(rows, args.metric))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == '__main__':
+    main()
