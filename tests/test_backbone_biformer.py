@@ -398,7 +398,8 @@ def test_classification_config_follows_biformers_recipe(name):
     ra = train['RandAugment']
     assert (ra.policies, ra.num_policies, ra.magnitude_level, ra.magnitude_std) == ('timm_increasing', 2, 9, 0.5)
     assert train['RandomErasing'].erase_prob == 0.25 and train['RandomResizedCrop'].scale == 224
-    assert '://' not in cfg.pretty_text and 'custom_hooks' not in cfg
+    assert '://' not in cfg.pretty_text
+    assert [h.type for h in cfg.custom_hooks] == ['SafeRuntimeHook', 'NonFiniteGuardHook']  # the project's runtime
 
 
 @pytest.mark.parametrize('size', ['tiny', 'small', 'base'])
@@ -423,6 +424,8 @@ def test_segmentation_config_follows_biformers_semantic_fpn_recipe(name):
     assert cfg.model.neck.in_channels == [64, 128, 256, 512] and cfg.model.decode_head.channels == 128
     assert cfg.model.decode_head.num_classes == 150 and cfg.crop_size == (512, 512)
     assert cfg.train_dataloader.batch_size == 4 and cfg.train_cfg.max_iters == 80000
+    resize = [t for t in cfg.test_dataloader.dataset.pipeline if 'Resize' in t.type]
+    assert resize == [dict(type='AlignResize', scale=(2048, 512), size_divisor=32)]  # sides to multiples of 32
     opt = cfg.optim_wrapper
     assert (opt.type, opt.loss_scale, opt.optimizer.type, opt.optimizer.lr, opt.optimizer.weight_decay) == (
         'AmpOptimWrapper', 512.0, 'AdamW', 2e-4, 1e-4)
