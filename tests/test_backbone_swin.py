@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import projects.lisa  # noqa: F401  (registers the backbones)
 from projects.lisa.models.attention import (
+    ATTENTIONS,
     FocusedLinearAttention,
     LinearAttention,
     LiSAAttention,
@@ -361,7 +362,7 @@ def test_window_tables_of_another_window_size_are_resized_bicubically(tmp_path):
     (dict(arch=dict(TINY, num_heads=[1, 2, 2])), ValueError, r'one entry per stage .* lengths'),
     (dict(attn_cfgs=[dict(type='lisa')] * 2), ValueError, r'attn_cfgs has 2 entries; .* per stage \(4\)'),
     (dict(attn_cfgs=dict(type='swin')), ValueError,
-     r"'swin'.*one of \['bra', 'flatten', 'lepe', 'linear', 'lisa', 'softmax', 'window'\]"),
+     r"'swin'.*one of " + re.escape(str(sorted(ATTENTIONS)))),  # every registered type
     (dict(attn_cfgs=dict(type='window', window_size=0)), ValueError, 'window_size=0 must be >= 1'),
     (dict(attn_cfgs=dict(type='flatten', focusing_factor=0.5)), ValueError,
      r'stage 0, block 0: attention .*focusing_factor=0.5'),

@@ -298,9 +298,11 @@ def test_backbone_dicts_live_in_one_base_fragment_per_backbone():
         if fragments in path.parents:
             continue
         text = path.read_text()
-        assert not any(f"type='{t}'" in text for t in ('LiSAPVT', 'LiSASwinTransformer', 'LiSAViT')), path
+        backbones = ('LiSAPVT', 'LiSASwinTransformer', 'LiSAViT', 'LiSABiFormer')
+        assert not any(f"type='{t}'" in text for t in backbones), path
         assert 'attn_cfgs=' not in text or path.parent == ablations, path
-    for family, backbone in (('pvt', 'LiSAPVT'), ('swin', 'LiSASwinTransformer'), ('deit', 'LiSAViT')):
+    for family, backbone in (('pvt', 'LiSAPVT'), ('swin', 'LiSASwinTransformer'), ('deit', 'LiSAViT'),
+                             ('biformer', 'LiSABiFormer')):
         assert (fragments / f'{family}.py').read_text().count(f"type='{backbone}'") == 1
 
 

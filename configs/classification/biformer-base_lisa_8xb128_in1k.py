@@ -5,6 +5,4 @@
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = './biformer-base_bra_8xb128_in1k.py'
 
-model = dict(
-    backbone=dict(
-        attn_cfgs=[dict(type='lisa', num_steps=3, pos_shape=None)] * 3 + [dict(type='lepe', qkv_bias=False)]))
+model = dict(backbone=_base_.biformer_attention.lisa)

@@ -11,17 +11,16 @@ custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
     'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py',
-    'mmpretrain::_base_/default_runtime.py', '../_base_/lisa_runtime.py', '../_base_/no_weight_decay.py'
+    'mmpretrain::_base_/default_runtime.py', '../_base_/lisa_runtime.py', '../_base_/models/biformer.py',
+    '../_base_/no_weight_decay.py'
 ]
 
 model = dict(
     type='ImageClassifier',
     backbone=dict(
-        type='LiSABiFormer',
+        **_base_.biformer_backbone,
+        **_base_.biformer_attention.bra,
         arch='tiny',
-        # BiFormer: 7 x 7 regions, top-k 1, 4, 16 in stages 1-3; global attention with LePE in stage 4
-        attn_cfgs=[dict(type='bra', n_win=7, topk=k) for k in (1, 4, 16)] + [dict(type='lepe', qkv_bias=False)],
-        pretrain_img_size=224,
         out_indices=(3, ),
         drop_path_rate=0.1),
     neck=dict(type='GlobalAveragePooling'),

@@ -12,7 +12,8 @@
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = [
     'mmseg::_base_/models/fpn_r50.py', 'mmseg::_base_/datasets/ade20k.py',
-    'mmseg::_base_/default_runtime.py', 'mmseg::_base_/schedules/schedule_80k.py', '../_base_/lisa_runtime.py'
+    'mmseg::_base_/default_runtime.py', 'mmseg::_base_/schedules/schedule_80k.py', '../_base_/lisa_runtime.py',
+    '../_base_/models/biformer.py'
 ]
 
 # ImageNet-1K weights of the backbone: an mmpretrain checkpoint of configs/classification (keys
@@ -26,10 +27,9 @@ model = dict(
     pretrained=None,
     backbone=dict(
         _delete_=True,
-        type='LiSABiFormer',
+        **_base_.biformer_backbone,
+        **_base_.biformer_attention.bra_seg,
         arch='small',
-        attn_cfgs=[dict(type='bra', n_win=8, topk=k) for k in (1, 4, 16)] + [dict(type='lepe', qkv_bias=False)],
-        pretrain_img_size=224,
         out_indices=(0, 1, 2, 3),
         drop_path_rate=0.15,
         conv_norm_cfg=dict(type='SyncBN'),

@@ -6,7 +6,4 @@ _base_ = './fpn_biformer-s_8xb4-80k_ade20k-512x512.py'
 
 pretrained = 'pretrain/lisa-biformer-s_in1k.pth'
 
-model = dict(
-    backbone=dict(
-        attn_cfgs=[dict(type='lisa', num_steps=3, pos_shape=None)] * 3 + [dict(type='lepe', qkv_bias=False)],
-        init_cfg=dict(checkpoint=pretrained)))
+model = dict(backbone=dict(**_base_.biformer_attention.lisa, init_cfg=dict(checkpoint=pretrained)))
