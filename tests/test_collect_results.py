@@ -133,8 +133,9 @@ def test_test_result_wins_over_validation_and_a_nested_test_dir_is_its_training_
     work_dir(train, 'test', PVT_LISA_DET, test=coco(0.41, 0.62))
     work_dir(tmp_path, 'seg', 'fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512', val=[{'mIoU': 30.0, 'mAcc': 40.0, 'step': 9}])
     runs = find_runs([tmp_path])
-    assert sorted((r.config, r.kind) for r in runs) == [('fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512', 'val'),
-                                                         (PVT_LISA_DET, 'test')]
+    assert sorted((r.config, r.kind, r.work_dir) for r in runs) == [
+        ('fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512', 'val', tmp_path / 'seg'), (PVT_LISA_DET, 'test', train)]
+    assert next(r for r in runs if r.kind == 'test').source.parent.parent == train / 'test'
     entries = compare(runs)
     box = entry(entries, 'Table 4', 'PVT-T / LiSA', 'box AP')
     assert (box.ours, box.paper, box.difference) == (pytest.approx(41.0), 40.5, pytest.approx(0.5))

@@ -32,7 +32,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 # Our metric names -> (the key MMEngine logs, the factor to percent).
@@ -289,7 +289,7 @@ def find_runs(paths: Iterable[str | Path]) -> list[Run]:
             if run is None:
                 continue
             outer = next((p for p in work_dir.parents if p in found and found[p].config == run.config), None)
-            found[outer or work_dir] = run
+            found[outer or work_dir] = run if outer is None else replace(run, work_dir=outer)
     return list(found.values())
 
 
