@@ -43,7 +43,7 @@ DATA = {k: v for k, v in demo.SEG_DATA.items() if k != 'dataset'}  # the demo's 
 DETERMINISTIC = """
 _base_ = '{base}'
 model = dict(
-    backbone=dict(drop_path_rate=0.0),
+    backbone=dict(drop_path_rate=0.0, init_cfg=None),
     decode_head=dict(dropout_ratio=0.0, norm_cfg=dict(type='GN', num_groups=32, requires_grad=True)))
 train_pipeline = [
     dict(type='LoadImageFromFile'),
@@ -107,6 +107,7 @@ def trained(workspace) -> Path:
     """The demo segmentation config trained with ``mim train mmseg`` (shorter) and tested with ``mim test``."""
     work = workspace / 'work_dirs' / 'fpn'
     run([MIM, 'train', 'mmseg', str(SEG_DEMO), '--work-dir', str(work), '--cfg-options',
+         'model.backbone.init_cfg=None',  # from scratch here: the demo's pretraining is tools/demo.py's
          f'train_cfg.max_iters={TRAIN_ITERS}', f'train_cfg.val_interval={TRAIN_ITERS}',
          f'param_scheduler.0.end={TRAIN_ITERS}', f'default_hooks.checkpoint.interval={TRAIN_ITERS}'], workspace)
     checkpoint = work / f'iter_{TRAIN_ITERS}.pth'

@@ -1,12 +1,14 @@
 # CPU demo of ../fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py on the small synthetic ADE20K of
 # `python tools/generate_data.py ade20k --out data/synthetic --size 96` (tools/demo.py runs it).
-# Same model, optimiser and pipelines; only these change: image sizes (96 instead of 512 px),
-# schedule (150 iterations of 4 images, one process), data root, BN instead of SyncBN, and
-# the backbone starts from scratch (there are no ImageNet weights to load here).
+# Same model, optimiser and pipelines; the backbone starts, as in the paper, from the classifier
+# pretrained first (here the demo's, configs/classification/demo/, copied to `pretrained` by
+# tools/demo.py). Only these change: image sizes (96 instead of 512 px), schedule (150 iterations
+# of 4 images, one process), data root and BN instead of SyncBN.
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = '../fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'
 
 data_root = 'data/synthetic/ade/ADEChallengeData2016'
+pretrained = 'pretrain/lisa-pvt-t_synthetic-imagenet-64px.pth'
 crop_size = (96, 96)
 scale = (384, 96)  # the recipe's (2048, 512) at the demo's size
 max_iters = 150
@@ -15,7 +17,7 @@ norm_cfg = dict(type='BN', requires_grad=True)  # SyncBN needs CUDA and several 
 data_preprocessor = dict(size=crop_size)
 model = dict(
     data_preprocessor=data_preprocessor,
-    backbone=dict(init_cfg=None),
+    backbone=dict(init_cfg=dict(checkpoint=pretrained)),
     decode_head=dict(norm_cfg=norm_cfg))
 
 # The base pipelines with the demo's sizes.
