@@ -7,6 +7,7 @@ torch alone so that the operator and its benchmarks run without OpenMMLab.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Callable
@@ -93,11 +94,53 @@ def focus(x: Tensor, p: float) -> Tensor:
     return up * (m * u.norm(dim=-1, keepdim=True) / up.norm(dim=-1, keepdim=True))
 
 
+RESIZE_MODES = ('bilinear', 'bicubic')
+
+
+@functools.lru_cache(maxsize=256)
+def interpolation_matrix(size_in: int, size_out: int, mode: str, device: torch.device,
+                         dtype: torch.dtype) -> Tensor:
+    """``(size_out, size_in)`` matrix ``A`` of 1-D resizing: ``A x`` is ``F.interpolate(x, mode=mode,
+    align_corners=False)`` along one axis (half-pixel centres, border replicated).
+
+    Read off ``F.interpolate`` itself by resizing the unit vectors in float64 (the other axis
+    of size 1 stays exact). Cached per size, outside inference mode (so that a matrix made
+    at test time can still take part in training).
+    """
+    with torch.inference_mode(False), torch.no_grad():
+        units = torch.eye(size_in, dtype=torch.float64).view(1, size_in, size_in, 1)  # channel j: e_j
+        matrix = F.interpolate(units, size=(size_out, 1), mode=mode, align_corners=False)[0, :, :, 0].T
+        return matrix.to(device, dtype)
+
+
+def resize_grid(grid: Tensor, size: Sequence[int], mode: str) -> Tensor:
+    """Resize a ``(h, w, C)`` grid to ``size = (H, W)``: ``F.interpolate(..., mode, align_corners=False)``.
+
+    Bilinear and bicubic resizing are separable and linear, ``out = A_y G A_x^T`` per channel,
+    so eagerly the grid goes through two small matmuls with cached matrices of
+    :func:`interpolation_matrix` (forward and backward are dense products, no
+    channels-first copy). Under tracing (``torch.compile``, ``torch.export``, ONNX) the
+    size may be symbolic and ``F.interpolate`` itself is recorded.
+    """
+    if mode not in RESIZE_MODES:
+        raise ValueError(f'mode={mode!r} is not one of {RESIZE_MODES}')
+    h, w, c = grid.shape
+    out_h, out_w = size
+    if (torch.compiler.is_compiling() or torch.jit.is_tracing()
+            or not all(type(s) is int for s in (h, w, out_h, out_w))):
+        chw = grid.permute(2, 0, 1).unsqueeze(0)
+        return F.interpolate(chw, size=(out_h, out_w), mode=mode, align_corners=False)[0].permute(1, 2, 0)
+    a_y = interpolation_matrix(h, out_h, mode, grid.device, grid.dtype)
+    a_x = interpolation_matrix(w, out_w, mode, grid.device, grid.dtype)
+    rows = (a_y @ grid.reshape(h, w * c)).view(out_h, w, c)  # along y
+    return a_x @ rows                                         # along x: (W, w) @ (H, w, C) -> (H, W, C)
+
+
 class PositionalEncoding(nn.Module):
     """Learnable positional encoding for ``num_prefix_tokens + H0 * W0`` tokens.
 
-    For another grid ``(H, W)`` the grid part is resized bicubically; the
-    prefix part is used as it is.
+    For another grid ``(H, W)`` the grid part is resized bicubically
+    (:func:`resize_grid`); the prefix part is used as it is.
     """
 
     def __init__(self, dim: int, pos_shape: Sequence[int], num_prefix_tokens: int = 0) -> None:
@@ -113,11 +156,9 @@ class PositionalEncoding(nn.Module):
         if hw_shape == self.pos_shape:
             return self.weight
         p = self.num_prefix_tokens
-        prefix, grid = self.weight[:, :p], self.weight[:, p:]
-        h0, w0 = self.pos_shape
-        grid = grid.reshape(1, h0, w0, -1).permute(0, 3, 1, 2)
-        grid = F.interpolate(grid, size=hw_shape, mode='bicubic', align_corners=False)
-        return torch.cat([prefix, grid.flatten(2).transpose(1, 2)], dim=1)
+        grid = resize_grid(self.weight[0, p:].view(*self.pos_shape, -1), hw_shape, 'bicubic')
+        grid = grid.reshape(1, -1, grid.shape[-1])
+        return torch.cat([self.weight[:, :p], grid], dim=1) if p else grid
 
 
 class KernelAttention(nn.Module):
