@@ -146,6 +146,32 @@ def test_get_flops_sets_the_measured_figure_beside_the_papers():
     assert no_paper.endswith('| 159.6 | - | - |')
 
 
+def test_get_flops_markdown_reads_the_paper_rows_from_the_counted_figures(tmp_path):
+    from tools.get_flops import paper_reading, write_markdown
+    gflops = {  # made-up counts, so every difference below is derived by hand
+        'segmentation/fpn_pvt-t_8xb4-40k_ade20k-512x512.py': 158.0,
+        'segmentation/fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py': 130.0,
+        'segmentation/fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py': 133.5,
+        'segmentation/upernet_swin-t_8xb2-160k_ade20k-512x512.py': 945.0,
+        'segmentation/upernet_flatten-swin-t_8xb2-160k_ade20k-512x512.py': 944.0,
+        'segmentation/upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py': 946.0,
+        'detection/mask-rcnn_pvt-t_fpn_1x_coco.py': 240.0,
+        'detection/mask-rcnn_lisa-pvt-t_fpn_1x_coco.py': 215.0,
+    }
+    results = {k: Complexity(flops=int(v * 1e9), params=1) for k, v in gflops.items()}
+    text = '\n'.join(paper_reading(results))
+    assert '+3.5G here, +1G in the paper (PVT-T Semantic FPN)' in text      # 133.5 - 130; 170 - 169
+    assert '+2.0G here, +1G in the paper (Swin-T UperNet)' in text          # 946 - 944; 947 - 946
+    assert 'FLatten - Swin: -1.0G here, +1G in the paper' in text
+    assert 'LiSA-PVT-T 215.0G here, below PVT-T\'s 240.0G, against 245G' in text
+    del results['detection/mask-rcnn_lisa-pvt-t_fpn_1x_coco.py']
+    assert paper_reading(results) == []  # a partial count is not read against the paper
+    out = tmp_path / 'docs' / 'flops.md'
+    write_markdown(out, ['--paper'], ['| a |', '|---|'], ['para one'])
+    assert out.read_text().splitlines()[2].startswith('Written by `python tools/get_flops.py --paper`')
+    assert '| a |\n|---|\n\npara one\n' in out.read_text()
+
+
 def test_get_flops_counts_the_walk_of_a_config(capsys):
     from tools.get_flops import main
     main([str(ROOT / 'configs/classification/deit-tiny_lisa_8xb128_in1k.py'), '--shape', '32', '32',

@@ -53,7 +53,7 @@ def test_build_gives_each_method_its_grid_and_class_token():
 
 def test_benchmark_writes_table_json_and_plot_with_ratios_to_flatten(tmp_path):
     bench.main(['--sizes', '17', '--methods', 'flatten', 'lisa', '--repeats', '1', '--warmup', '0',
-                '--out', str(tmp_path)])
+                '--out', str(tmp_path), '--markdown', str(tmp_path / 'docs' / 'operator.md')])
     rows = json.loads((tmp_path / 'attention_benchmark.json').read_text())['rows']
     assert [(r['method'], r['N'], r['grid']) for r in rows] == [('flatten', 17, '4x4'), ('lisa', 17, '4x4')]
     assert all(r['fwd_ms'] > 0 and r['fwd_bwd_ms'] > 0 and r['saved'] > 0 and r['peak'] > 0 for r in rows)
@@ -61,6 +61,13 @@ def test_benchmark_writes_table_json_and_plot_with_ratios_to_flatten(tmp_path):
     (flatten, ) = [line for line in table.splitlines() if line.startswith('flatten ') and '|' in line]
     assert flatten.split('|')[1].split() == ['1.00'] * 4
     assert (tmp_path / 'attention_benchmark.png').stat().st_size > 0
+    doc = (tmp_path / 'docs' / 'operator.md').read_text()
+    assert 'Written by `python tools/benchmark_attention.py --sizes 17 --methods flatten lisa' in doc
+    (md_flatten, ) = [line for line in doc.splitlines() if line.startswith('| flatten | 17 |')]
+    assert md_flatten.split(' | ')[-4:] == ['1.00x'] * 3 + ['1.00x |']
+    (md_lisa, ) = [line for line in doc.splitlines() if line.startswith('| lisa | 17 |')]
+    lisa, flatten = rows[1], rows[0]
+    assert md_lisa.split(' | ')[8] == f"{lisa['fwd_bwd_ms'] / flatten['fwd_bwd_ms']:.2f}x"
 
 
 @pytest.mark.parametrize('argv,message', [(['--threads', '0'], '--threads=0 must be >= 1'),

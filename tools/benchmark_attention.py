@@ -196,6 +196,34 @@ def table(rows: list[dict]) -> str:
     return '\n'.join(lines)
 
 
+def markdown(rows: list[dict], title: str, command: str) -> str:
+    """The measurements as a markdown document: absolute figures and ratios to FLatten from the same run."""
+    ref = {r['N']: r for r in rows if r['method'] == 'flatten'}
+    lines = ['# The attention operator: latency and memory', '',
+             f'Written by `{command}` (do not edit by hand). One attention layer; methods take turns run by run.',
+             '', f'Setting: {title}.', '',
+             '| method | N | grid | fwd ms | fwd+bwd ms | saved MiB | peak MiB | fwd / FLatten | '
+             'fwd+bwd / FLatten | saved / FLatten | peak / FLatten |',
+             '|---|---|---|---|---|---|---|---|---|---|---|']
+    for r in sorted(rows, key=lambda r: (r['N'], METHODS.index(r['method']))):
+        f = ref.get(r['N'])
+        ratios = ([f"{r[k] / f[k]:.2f}x" for k in ('fwd_ms', 'fwd_bwd_ms', 'saved', 'peak')] if f else ['-'] * 4)
+        lines.append(f"| {r['method']} | {r['N']:,} | {r['grid']} | {r['fwd_ms']:.1f} | {r['fwd_bwd_ms']:.1f} | "
+                     f"{r['saved'] / 2**20:.1f} | {r['peak'] / 2**20:.1f} | " + ' | '.join(ratios) + ' |')
+    sizes = sorted({r['N'] for r in rows})
+    if len(sizes) > 1:
+        lines += ['', 'Growth of the forward+backward time from one size to the next (linear in N would be the '
+                  'ratio of the sizes):', '', '| method | ' + ' | '.join(
+                      f'{b:,} / {a:,} (x{b / a:.2f})' for a, b in zip(sizes, sizes[1:])) + ' |',
+                  '|---|' + '---|' * (len(sizes) - 1)]
+        for method in METHODS:
+            t = {r['N']: r['fwd_bwd_ms'] for r in rows if r['method'] == method}
+            if any(a in t and b in t for a, b in zip(sizes, sizes[1:])):
+                lines.append(f'| {method} | ' + ' | '.join(
+                    f'{t[b] / t[a]:.2f}' if a in t and b in t else '-' for a, b in zip(sizes, sizes[1:])) + ' |')
+    return '\n'.join(lines) + '\n'
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--device', default='auto', help="'cpu', 'cuda' or 'auto' (cuda when available)")
@@ -216,6 +244,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="'cpu': process CPU time instead of wall time; with --threads 1 it is "
                              'insensitive to other jobs sharing the cores (not for CUDA)')
     parser.add_argument('--out', type=Path, default=Path('work_dirs/benchmark_attention'))
+    parser.add_argument('--markdown', type=Path, help='also write the table as a markdown document, '
+                        'e.g. docs/operator.md')
     parser.add_argument('--glibc-malloc', action='store_true',
                         help="time with glibc's default malloc (fresh mmap for every block >= 32 MiB)")
     parser.add_argument('--memory-worker', nargs=2, metavar=('METHOD', 'N'), help=argparse.SUPPRESS)
@@ -261,6 +291,11 @@ def main(argv=None) -> None:
     loglog_plot(rows, 'method', 'N', {'fwd_bwd_ms': 'fwd+bwd', 'fwd_ms': 'fwd'},
                 {'saved': 'saved', 'peak': 'peak'}, args.out / 'attention_benchmark.png', title)
     print(f'saved {args.out}/attention_benchmark.{{png,json,txt}}')
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        command = 'python tools/benchmark_attention.py ' + ' '.join(sys.argv[1:] if argv is None else argv)
+        args.markdown.write_text(markdown(rows, title, command.strip()))
+        print(f'wrote {args.markdown}')
 
 
 if __name__ == '__main__':

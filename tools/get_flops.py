@@ -12,10 +12,12 @@ Examples::
     python tools/get_flops.py configs/segmentation/fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py
     python tools/get_flops.py CONFIG --shape 512 512 --by-operator
     python tools/get_flops.py --paper      # every config of Tables 3-4 beside the paper's figure
+    python tools/get_flops.py --paper --markdown docs/flops.md   # the same, written as the project's doc
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -53,6 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--shape', type=int, nargs=2, metavar=('H', 'W'), help='input height and width')
     parser.add_argument('--by-operator', action='store_true', help='FLOPs per operator and the ops not counted')
     parser.add_argument('--threads', type=int, default=None, help='torch threads (default: torch\'s)')
+    parser.add_argument('--markdown', type=Path, help='also write the table (with --paper: and its reading '
+                        'against the paper) to this markdown file, e.g. docs/flops.md')
     args = parser.parse_args(argv)
     if not args.configs and not args.paper:
         parser.error('give config files, or --paper')
@@ -68,12 +72,71 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def paper_reading(results: dict[str, Complexity]) -> list[str]:
+    """Paragraphs comparing the counted Tables 3-4 rows with the paper's, from this run's figures."""
+    names = {'seg': 'segmentation/fpn_{}_8xb4-40k_ade20k-512x512.py',
+             'uper': 'segmentation/upernet_{}_8xb2-160k_ade20k-512x512.py',
+             'det': 'detection/mask-rcnn_{}_fpn_1x_coco.py'}
+    rows = {'seg': ('pvt-t', 'flatten-pvt-t', 'lisa-pvt-t'), 'uper': ('swin-t', 'flatten-swin-t', 'lisa-swin-t'),
+            'det': ('pvt-t', 'lisa-pvt-t')}
+    ours, paper = {}, {}
+    for table, models in rows.items():
+        for model in models:
+            key = names[table].format(model)
+            if key not in results:
+                return []  # the reading needs every row
+            ours[table, model] = results[key].flops / 1e9
+            paper[table, model] = PAPER_GFLOPS[key]
+
+    def diff(table: str, a: str, b: str) -> str:
+        return (f'{ours[table, a] - ours[table, b]:+.1f}G here, '
+                f'{paper[table, a] - paper[table, b]:+d}G in the paper')
+
+    return [
+        '## Reading the table against the paper',
+        f'The softmax baselines and the Swin rows match the paper (Semantic FPN + PVT-T {ours["seg", "pvt-t"]:.1f}G '
+        f'vs {paper["seg", "pvt-t"]}G, UperNet + Swin-T {ours["uper", "swin-t"]:.1f}G vs '
+        f'{paper["uper", "swin-t"]}G), so the paper counted its baseline rows in this convention.',
+        f'The FLatten-PVT-T and LiSA-PVT-T rows do not ({ours["seg", "flatten-pvt-t"]:.1f}G and '
+        f'{ours["seg", "lisa-pvt-t"]:.1f}G here, {paper["seg", "flatten-pvt-t"]}G and '
+        f'{paper["seg", "lisa-pvt-t"]}G in the paper). FLatten\'s PVT, which the LiSA paper follows, puts linear '
+        'attention in all four stages without spatial reduction (sr = 1). That drops the QK^T and AV products '
+        'of PVT\'s spatial-reduction attention and adds only full-resolution K/V projections, the d x d '
+        'products and the 5x5 depthwise convolution, so the count falls below softmax PVT-T\'s: no sr = 1 '
+        f'architecture gives {paper["seg", "flatten-pvt-t"]}G, and no published FLatten-PVT variant does. '
+        'The paper\'s two rows most likely come from FLatten\'s own paper or another counter (e.g. one that adds '
+        'spatial-reduction attention\'s analytic FLOPs for every attention). The Mask R-CNN row has the same '
+        f'cause: LiSA-PVT-T {ours["det", "lisa-pvt-t"]:.1f}G here, below PVT-T\'s {ours["det", "pvt-t"]:.1f}G, '
+        f'against {paper["det", "lisa-pvt-t"]}G in the paper (PVT-T {paper["det", "pvt-t"]}G).',
+        'The comparable figures are the differences within one architecture. LiSA - FLatten: '
+        f'{diff("seg", "lisa-pvt-t", "flatten-pvt-t")} (PVT-T Semantic FPN); '
+        f'{diff("uper", "lisa-swin-t", "flatten-swin-t")} (Swin-T UperNet). '
+        f'FLatten - Swin: {diff("uper", "flatten-swin-t", "swin-t")}, so the sign differs where ours is '
+        'negative: here the linear attention of stages 1-2 (d x d products, depthwise conv) costs less than the '
+        '7x7 windows\' QK^T and AV products it replaces; the paper does not say what it counted.',
+    ]
+
+
+def write_markdown(path: Path, argv: list[str], table: list[str], reading: list[str]) -> None:
+    """The table (and its reading) as a markdown document, with the command that wrote it."""
+    text = ['# FLOPs and parameters', '',
+            f'Written by `python tools/get_flops.py {" ".join(argv)}` (do not edit by hand). '
+            "MMEngine's counter with this project's handles (one multiply-add = one FLOP; matrix products, "
+            'convolutions, norms and upsampling counted), segmentation at 2048x512, detection at 1280x800, '
+            'weights not loaded.', '', *table, '']
+    for paragraph in reading:
+        text += [paragraph, '']
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('\n'.join(text))
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     lines = ['| config | input (WxH) | params (M) | GFLOPs | paper GFLOPs | difference |',
              '|---|---|---|---|---|---|']
+    results: dict[str, Complexity] = {}
     for config in args.configs:
         start = time.perf_counter()
         result = config_complexity(config, args.shape)
@@ -85,8 +148,15 @@ def main(argv=None) -> None:
                 print(f'    {op:32s} {flops / 1e9:10.3f} G')
             print('    not counted: ' + ', '.join(f'{op} x{n}' for op, n in sorted(result.uncounted.items())))
         lines.append(row(config, result))
+        key = paper_key(config)
+        if key is not None:
+            results[key] = result
     if args.paper:
         print('\n'.join(lines))
+    if args.markdown:
+        reading = paper_reading(results) if args.paper and args.shape is None else []
+        write_markdown(args.markdown, sys.argv[1:] if argv is None else list(argv), lines, reading)
+        print(f'wrote {args.markdown}')
 
 
 if __name__ == '__main__':

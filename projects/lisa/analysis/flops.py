@@ -6,9 +6,8 @@ matrix products (``linear``, ``matmul``, ``bmm``, ``einsum``), convolutions,
 norms and upsampling are counted, element-wise operations are not.
 Segmentation is measured at a 2048x512 input, detection at 1280x800
 (:data:`PAPER_INPUT_HW`), through the network forward as the mm ``get_flops``
-tools trace it. Measured so, the mm packages' own softmax baselines give the
-paper's baseline rows: Semantic FPN + PVT-T 158.2G (paper 158G), UperNet +
-Swin-T 945.7G (945G), Mask R-CNN + PVT-T 239.8G (240G), + Swin-T 267.0G (267G).
+tools trace it. Counted so, the mm packages' own softmax baselines reproduce the
+paper's baseline rows (``docs/flops.md``, written by ``tools/get_flops.py``).
 
 The analyzer sees three operations of our models only as names, so this
 module adds a handle for each (:data:`FLOP_HANDLES`):
