@@ -56,3 +56,25 @@ def test_matrix_made_in_inference_mode_serves_training():
 def test_resize_grid_rejects_an_unknown_mode():
     with pytest.raises(ValueError, match="mode='nearest' is not one of"):
         resize_grid(torch.zeros(2, 2, 1), (3, 3), 'nearest')
+
+
+@pytest.mark.slow
+def test_exported_positional_encoding_keeps_the_grid_size_symbolic():
+    """Under torch.export with a dynamic grid the encoding is neither pinned to the traced size nor
+    to its own ``pos_shape`` (a ``hw_shape == pos_shape`` test would specialise the graph)."""
+
+    class Encode(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pe = PositionalEncoding(3, (4, 5), num_prefix_tokens=1)
+            torch.nn.init.normal_(self.pe.weight)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.flatten(2).sum(1, keepdim=True).transpose(1, 2) + self.pe(x.shape[2:])[:, 1:]
+
+    dynamic = {'x': {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
+    model = Encode()
+    program = torch.export.export(model, (torch.randn(1, 2, 4, 5), ), dynamic_shapes=dynamic)
+    for size in ((4, 5), (7, 3)):
+        x = torch.randn(1, 2, *size)
+        torch.testing.assert_close(program.module()(x), model(x))

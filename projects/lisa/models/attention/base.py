@@ -113,6 +113,12 @@ def interpolation_matrix(size_in: int, size_out: int, mode: str, device: torch.d
         return matrix.to(device, dtype)
 
 
+def static_sizes(*sizes: int) -> bool:
+    """Whether every size is a plain int, not a symbol of a trace with dynamic shapes (where a
+    comparison such as ``size == pos_shape`` would pin the traced graph to one size)."""
+    return all(type(s) is int for s in sizes)
+
+
 def resize_grid(grid: Tensor, size: Sequence[int], mode: str) -> Tensor:
     """Resize a ``(h, w, C)`` grid to ``size = (H, W)``: ``F.interpolate(..., mode, align_corners=False)``.
 
@@ -126,8 +132,7 @@ def resize_grid(grid: Tensor, size: Sequence[int], mode: str) -> Tensor:
         raise ValueError(f'mode={mode!r} is not one of {RESIZE_MODES}')
     h, w, c = grid.shape
     out_h, out_w = size
-    if (torch.compiler.is_compiling() or torch.jit.is_tracing()
-            or not all(type(s) is int for s in (h, w, out_h, out_w))):
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or not static_sizes(h, w, out_h, out_w):
         chw = grid.permute(2, 0, 1).unsqueeze(0)
         return F.interpolate(chw, size=(out_h, out_w), mode=mode, align_corners=False)[0].permute(1, 2, 0)
     a_y = interpolation_matrix(h, out_h, mode, grid.device, grid.dtype)
@@ -153,7 +158,7 @@ class PositionalEncoding(nn.Module):
 
     def forward(self, hw_shape: Sequence[int]) -> Tensor:
         hw_shape = tuple(hw_shape)
-        if hw_shape == self.pos_shape:
+        if static_sizes(*hw_shape) and hw_shape == self.pos_shape:
             return self.weight
         p = self.num_prefix_tokens
         grid = resize_grid(self.weight[0, p:].view(*self.pos_shape, -1), hw_shape, 'bicubic')

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..attention import ATTENTIONS, KernelAttention, build_attention
-from ..attention.base import resize_grid
+from ..attention.base import resize_grid, static_sizes
 
 
 def resolve_arch(arch: str | Mapping, arch_zoo: Mapping[str, dict], keys: Sequence[str]) -> dict:
@@ -135,7 +135,7 @@ def nlc_to_nchw(x: Tensor, hw_shape: Sequence[int]) -> Tensor:
 
 def resize_grid_tokens(tokens: Tensor, src_hw: Sequence[int], dst_hw: Sequence[int], mode: str) -> Tensor:
     """Resize ``(1, h*w, C)`` tokens on an ``(h, w)`` grid to ``(1, H*W, C)`` (:func:`resize_grid`)."""
-    if tuple(src_hw) == tuple(dst_hw):
+    if static_sizes(*dst_hw) and tuple(src_hw) == tuple(dst_hw):
         return tokens
     grid = resize_grid(tokens.reshape(*src_hw, tokens.shape[-1]), tuple(dst_hw), mode)
     return grid.reshape(1, -1, grid.shape[-1])
