@@ -313,9 +313,10 @@ def test_build_attention_builds_lisa_by_name():
         'step_mlp.0.weight', 'step_mlp.0.bias', 'step_mlp.2.weight', 'step_mlp.2.bias', 'alpha'])
 
 
-@pytest.mark.parametrize('head_dim,hidden', [(64, 16), (32, 8), (3, 1)])
-def test_step_mlp_maps_q_and_k_through_a_quarter_width_hidden_layer_to_t_logits(head_dim, hidden):
-    mlp = LiSAAttention(2 * head_dim, 2, num_steps=3).step_mlp
+@pytest.mark.parametrize('head_dim,step_mlp_hidden,hidden', [(64, None, 64), (32, None, 32), (3, None, 3), (32, 8, 8)])
+def test_step_mlp_maps_q_and_k_through_a_head_width_hidden_layer_to_t_logits(head_dim, step_mlp_hidden, hidden):
+    """Default width: the head dim (the width that gives Table 1's LiSA DeiT-T FLOPs); an option."""
+    mlp = LiSAAttention(2 * head_dim, 2, num_steps=3, step_mlp_hidden=step_mlp_hidden).step_mlp
     assert [tuple(mlp[i].weight.shape) for i in (0, 2)] == [(hidden, 2 * head_dim), (3, hidden)]
     assert isinstance(mlp[1], nn.GELU)
 

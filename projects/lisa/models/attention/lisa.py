@@ -62,11 +62,13 @@ class LiSAAttention(KernelAttention):
 
     Open details of the paper, chosen here: ``beta = 0.5``; the local branch
     uses the same (focused) features as the walk with temperature ``sqrt(d)``;
-    the step MLP's hidden width is ``d / 4`` (the paper puts LiSA's whole
-    overhead over FLatten at ~1 GFLOP of PVT-T's 170G at 2048x512, which
-    leaves no room for a wider MLP) and its output layer starts at zero
-    weight and ``log`` of the geometric weights as bias, so training starts
-    from the geometric walk.
+    the step MLP's hidden width is ``d``: the paper does not state it, but
+    its Table 1 fixes it through LiSA DeiT-T's 3.75 GFLOPs at 384x384, which
+    this project's counter (:mod:`projects.lisa.analysis.flops`, the softmax
+    row exact at 4.70) gives for width ``d`` (3.743G), not for ``d / 4``
+    (3.612G) or ``2 d`` (3.917G). Its output layer starts at zero weight and
+    ``log`` of the geometric weights as bias, so training starts from the
+    geometric walk.
 
     Implementations (``implementation``, or :func:`set_implementation` for a
     whole model): 'reference' is the definition, Eq. 8 and the window softmax
@@ -81,7 +83,7 @@ class LiSAAttention(KernelAttention):
         num_steps: truncation T >= 1 (T = 1 is the self-loop), or ``math.inf``.
         beta: continuation probability in [0, 1).
         step_weights: 'adaptive' (Eq. 10) or 'geometric' (Eq. 4).
-        step_mlp_hidden: hidden width of the step MLP (default: head dim // 4).
+        step_mlp_hidden: hidden width of the step MLP (default: the head dim).
         use_global, use_local: keep each branch (Table 6's ablation); alpha
             exists only with both.
         local_kernel_size: odd window size of the local branch.
@@ -132,7 +134,7 @@ class LiSAAttention(KernelAttention):
 
         adaptive = use_global and step_weights == 'adaptive' and num_steps > 1
         if adaptive:
-            hidden = step_mlp_hidden or max(1, self.head_dim // 4)
+            hidden = step_mlp_hidden or self.head_dim
             self.step_mlp = nn.Sequential(
                 nn.Linear(2 * self.head_dim, hidden), nn.GELU(), nn.Linear(hidden, num_steps))
         else:
