@@ -5,10 +5,10 @@ benchmarks run anywhere torch does.
 """
 from .base import ATTENTIONS, KernelAttention, build_attention, register_attention
 from .linear import FocusedLinearAttention, LinearAttention
-from .lisa import LiSAAttention
+from .lisa import LiSAAttention, set_implementation
 from .softmax import SoftmaxAttention
 
 __all__ = [
     'ATTENTIONS', 'build_attention', 'register_attention', 'KernelAttention', 'SoftmaxAttention',
-    'LinearAttention', 'FocusedLinearAttention', 'LiSAAttention'
+    'LinearAttention', 'FocusedLinearAttention', 'LiSAAttention', 'set_implementation'
 ]
