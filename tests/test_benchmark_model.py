@@ -42,7 +42,7 @@ def test_dense_table_gives_ratios_to_softmax_and_flatten_of_the_same_family():
 @pytest.mark.slow
 def test_dense_benchmark_times_the_three_pvt_models_and_writes_the_markdown(tmp_path):
     benchmark_model.main(['--dense', '--families', 'pvt', '--train-size', '64', '64', '--infer-size', '64', '96',
-                          '--repeats', '1', '--warmup', '0', '--threads', '1', '--out', str(tmp_path),
+                          '--repeats', '1', '--warmup', '1', '--threads', '1', '--out', str(tmp_path),
                           '--markdown', str(tmp_path / 'docs' / 'dense.md')])
     rows = json.loads((tmp_path / 'benchmark_dense.json').read_text())['rows']
     assert [r['model'] for r in rows] == ['PVT-T', 'FLatten-PVT-T', 'LiSA-PVT-T']

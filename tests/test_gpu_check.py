@@ -57,7 +57,7 @@ def test_gpu_check_runs_on_the_cpu_and_writes_json_and_markdown(tmp_path):
     assert all(r['train_ms'] > 0 and r['fwd_ms'] > 0 for r in results['deit']['rows'])
     md = (tmp_path / 'gpu_check.md').read_text()
     assert f"{tests['passed']} passed, 0 failed" in md
-    assert '| lisa | 64² | 17 |' in md and 'lisa     N=    65' in md
+    assert '| lisa | 64² | 17 |' in md and '| lisa | 65 | 8x8 |' in md
 
 
 def test_gpu_check_refuses_cuda_without_cuda():

@@ -100,16 +100,13 @@ def report(results: dict) -> str:
         lines += [f'- failed: `{t}`' for t in tests['failed']]
     else:
         lines.append(f"pytest exited {tests['returncode']} without a report: see `{tests['log']}`.")
-    for name, title, table in (('attention', 'Attention layer (tools/benchmark_attention.py)',
-                                'attention/attention_benchmark.txt'),
-                               ('deit', 'DeiT-T beside the paper\'s Table 13 (tools/benchmark_model.py)',
-                                'deit/benchmark_model.md')):
+    for name, title in (('attention', 'Attention layer (tools/benchmark_attention.py)'),
+                        ('deit', "DeiT-T beside the paper's Table 13 (tools/benchmark_model.py)")):
         step = results['steps'][name]
         lines += ['', f'## {title}', '']
-        path = Path(results['out']) / table
-        if step['returncode'] == 0 and path.exists():
-            lines += ['```' if name == 'attention' else '', path.read_text().strip(),
-                      '```' if name == 'attention' else '']
+        table = Path(results['out']) / name / 'table.md'
+        if step['returncode'] == 0 and table.exists():
+            lines.append(table.read_text().strip())
         else:
             lines.append(f"failed (exit {step['returncode']}): see `{step['log']}`.")
     return '\n'.join(lines) + '\n'
@@ -146,7 +143,8 @@ def main(argv=None) -> int:
                                {**env, DEVICE_ENV: args.device})}
     steps['tests'].update(test_summary(junit))
     for name, (script, full, small) in STEPS.items():
-        cmd = torch_only(script, [*(small if args.small else full), '--device', args.device, '--out', str(out / name)])
+        cmd = torch_only(script, [*(small if args.small else full), '--device', args.device, '--out', str(out / name),
+                                  '--markdown', str(out / name / 'table.md')])
         steps[name] = run_step(name, cmd, out, env)
     results = {
         'device': args.device, 'small': args.small, 'torch': torch.__version__,
