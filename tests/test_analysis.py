@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -11,15 +12,14 @@ import torch.nn.functional as F
 from mmengine.analysis import FlopAnalyzer
 from mmengine.config import Config
 from torch import nn
-from torch.autograd.function import FunctionCtx
 
 from projects.lisa.analysis.benchmark import cuda_peak_bytes, loglog_plot, median_seconds, saved_tensor_bytes
 from projects.lisa.analysis.flops import PAPER_GFLOPS, Complexity, config_complexity, flop_analyzer, model_complexity
 from projects.lisa.analysis.walk_maps import attention_matrices, query_token, split_row
-from projects.lisa.models.attention import build_attention
+from projects.lisa.models.attention import build_attention, local
 from projects.lisa.models.attention.base import merge_heads
 from projects.lisa.models.attention.local import neighbourhood_attention
-from projects.lisa.models.attention.walk import _RandomWalk, geometric_weights, random_walk
+from projects.lisa.models.attention.walk import _walk_forward, geometric_weights, random_walk
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,11 +68,11 @@ def test_walk_is_counted_as_every_product_its_forward_performs(steps, per_token)
     q, k, v = nonneg(b, h, n, d), nonneg(b, h, n, d), torch.randn(b, h, n, dv)
     weights = torch.rand(b, h, n, steps) if per_token else geometric_weights(0.5, steps).float()
     handled = flop_analyzer(Call(lambda q, k, v, w: random_walk(q, k, v, w, 1e-6)), (q, k, v, weights))
-    # The forward traced inline (not as one autograd-function node): every matmul it runs,
-    # its outputs and what it saves for backward (so that the trace keeps them all).
+    # The forward traced inline (not as one custom-op node): every matmul it runs,
+    # its output and what it keeps for backward (so that the trace keeps them all).
     def forward_inline(q, k, v, w):
-        ctx = FunctionCtx()
-        return (_RandomWalk.forward(ctx, q, k, v, w, 1e-6), *ctx.to_save)
+        out, saved = _walk_forward(q, k, v, w, 1e-6)
+        return (out, *saved)
 
     w4 = weights.reshape((1,) * (4 - weights.dim()) + weights.shape)
     inline = FlopAnalyzer(Call(forward_inline), (q, k, v, w4)).unsupported_ops_warnings(False)
@@ -93,22 +93,31 @@ def test_local_branch_is_counted_as_products_over_the_clipped_windows(prefix):
     assert flop_analyzer(local, (q, k, v)).total() == b * h * pairs * (d + dv)
 
 
-def test_every_autograd_function_of_the_operator_has_a_handle():
+@pytest.mark.parametrize('fused', [True, False])
+def test_every_custom_op_of_the_operator_has_a_handle(fused, monkeypatch):
+    if not fused:
+        monkeypatch.setattr(local, 'CPU_KERNEL', None)
     attn = build_attention(dict(type='lisa'), 16, 2, pos_shape=(3, 3), num_prefix_tokens=1)
-    result = model_complexity(OnGrid(attn, (3, 3)), (torch.randn(1, 10, 16),))
-    assert not [op for op in result.uncounted if op.startswith('prim::PythonOp')]
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', 'projects.lisa: the fused CPU kernel')
+        result = model_complexity(OnGrid(attn, (3, 3)), (torch.randn(1, 10, 16),))
+    assert not [op for op in result.uncounted if op.startswith('lisa::') or op.startswith('prim::PythonOp')]
     assert {'random_walk', 'neighbourhood_attention', 'linear', 'conv'} <= set(result.by_operator)
 
 
-def test_an_operator_function_without_handle_is_refused():
-    class _Unhandled(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x @ x
+@torch.library.custom_op('lisa::test_unhandled', mutates_args=())
+def _unhandled(x: torch.Tensor) -> torch.Tensor:
+    return x @ x
 
-    _Unhandled.__module__ = 'projects.lisa.models.attention.unhandled'
-    with pytest.raises(RuntimeError, match='_Unhandled'):
-        model_complexity(Call(_Unhandled.apply), (torch.randn(3, 3),))
+
+@_unhandled.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_an_operator_custom_op_without_handle_is_refused():
+    with pytest.raises(RuntimeError, match='lisa::test_unhandled'):
+        model_complexity(Call(_unhandled), (torch.randn(3, 3),))
 
 
 MM_PVT_T_FPN = dict(

@@ -11,9 +11,14 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from projects.lisa.models.attention import ATTENTIONS, LiSAAttention, build_attention, local
+from projects.lisa.models.attention import ATTENTIONS, LiSAAttention, build_attention, local, set_implementation
 from projects.lisa.models.attention.base import PositionalEncoding
-from projects.lisa.models.attention.walk import geometric_weights, random_walk, transition_factors
+from projects.lisa.models.attention.walk import (
+    geometric_weights,
+    random_walk,
+    random_walk_reference,
+    transition_factors,
+)
 
 
 def randomise(m: nn.Module) -> nn.Module:
@@ -58,11 +63,81 @@ def test_lisa_matches_explicit_walk_local_and_fusion(num_steps, step_weights, hw
     dict(num_steps='inf', step_weights='geometric', beta=0.3, eps=0.1),
     dict(num_steps=4, step_weights='geometric', beta=0.0),
 ], ids=str)
-def test_lisa_variants_match_reference(kwargs):
+@pytest.mark.parametrize('implementation', ['fast', 'reference'])
+def test_lisa_variants_match_reference(kwargs, implementation):
     hw_shape = (4, 5)
-    m = lisa64(hw_shape, 1, **kwargs)
+    m = lisa64(hw_shape, 1, implementation=implementation, **kwargs)
     x = tokens(2, hw_shape, 1)
     torch.testing.assert_close(m(x, hw_shape), ref.lisa(m, x, hw_shape), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.filterwarnings('ignore:projects.lisa. the fused CPU kernel')
+@pytest.mark.parametrize('local_path', ['fused', 'tensor-ops in row blocks'])
+@pytest.mark.parametrize('kwargs', [
+    dict(num_steps=3),
+    dict(num_steps=4, step_weights='geometric', eps=0.5),
+    dict(num_steps=5, use_local=False),
+    dict(num_steps=2, use_global=False, local_kernel_size=5),
+    dict(num_steps=math.inf, step_weights='geometric'),
+], ids=str)
+def test_fast_path_matches_the_reference_forward_and_gradients(kwargs, local_path, monkeypatch):
+    """'fast' (custom ops: analytic walk backward, fused kernel or the tensor operations in CPU
+    row blocks) against 'reference' (plain autograd code): output, input and parameter
+    gradients in float64."""
+    if local_path != 'fused':
+        monkeypatch.setattr(local, 'CPU_KERNEL', None)
+        monkeypatch.setattr(local, 'CPU_BLOCK_ELEMENTS', 24)
+    hw_shape = (4, 3)
+    fast = lisa64(hw_shape, 1, dim=8, num_heads=2, **kwargs)
+    reference = set_implementation(copy.deepcopy(fast), 'reference')
+    x = tokens(2, hw_shape, 1, dim=8).requires_grad_()
+    outs = [m(x, hw_shape) for m in (fast, reference)]
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-12, atol=1e-12)
+    g = torch.randn_like(outs[0])
+    grads = [torch.autograd.grad(out, [x, *m.parameters()], g) for out, m in zip(outs, (fast, reference))]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize('weights_shape', [(4,), (1, 3, 1, 4), (2, 3, 17, 4)], ids=str)
+@pytest.mark.parametrize('eps', [1e-6, 0.5])
+def test_walk_custom_op_matches_the_reference_and_the_reference_explicit_powers(weights_shape, eps):
+    """Fixed, per-head and per-token step weights: the reference against ``sum_t w_t S^t V``
+    with the explicit n x n ``S``, the custom op's output and analytic gradients against the
+    reference's autograd."""
+    q, k = 3 * torch.rand(2, 3, 17, 5, dtype=torch.float64), torch.rand(2, 3, 17, 5, dtype=torch.float64)
+    v = torch.randn(2, 3, 17, 6, dtype=torch.float64)
+    w = torch.rand(weights_shape, dtype=torch.float64).softmax(-1)
+    args = [t.requires_grad_() for t in (q, k, v, w)]
+    reference = random_walk_reference(*args, eps)
+    explicit = ref.walk(ref.transition_matrix(q, k, eps), v, w.expand(2, 3, 17, 4))
+    torch.testing.assert_close(reference, explicit, rtol=1e-12, atol=1e-12)
+    fast = random_walk(*args, eps)
+    torch.testing.assert_close(fast, reference, rtol=1e-12, atol=1e-12)
+    g = torch.randn_like(fast)
+    for a, b in zip(torch.autograd.grad(fast, args, g), torch.autograd.grad(reference, args, g)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize('weights_shape', [(1, 1, 1, 3), (1, 2, 5, 3)], ids=str)
+def test_walk_custom_op_passes_opcheck(weights_shape):
+    """Schema, fake implementation (every output's shape, stride and dtype), autograd
+    registration and dynamic-shape tracing of ``lisa::random_walk``."""
+    q, k, v = (torch.rand(1, 2, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    w = torch.rand(weights_shape, dtype=torch.float64, requires_grad=True)
+    torch.library.opcheck(torch.ops.lisa.random_walk, (q, k, v, w, 1e-3))
+
+
+def test_set_implementation_switches_every_lisa_module_and_refuses_unknown_names():
+    model = nn.Sequential(LiSAAttention(12, 3), nn.ModuleList([nn.Linear(2, 2), LiSAAttention(12, 3, num_steps=2)]))
+    lisa = [m for m in model.modules() if isinstance(m, LiSAAttention)]
+    assert set_implementation(model, 'reference') is model
+    assert [m.implementation for m in lisa] == ['reference', 'reference']
+    set_implementation(model, 'fast')
+    assert [m.implementation for m in lisa] == ['fast', 'fast']
+    with pytest.raises(ValueError, match=r"implementation='exact' is not one of \['fast', 'reference'\]"):
+        set_implementation(model, 'exact')
+    assert [m.implementation for m in lisa] == ['fast', 'fast']
 
 
 def test_untruncated_walk_is_the_limit_of_the_truncated_walk():
@@ -239,9 +314,10 @@ def test_build_attention_builds_lisa_by_name():
         'step_mlp.0.weight', 'step_mlp.0.bias', 'step_mlp.2.weight', 'step_mlp.2.bias', 'alpha'])
 
 
-@pytest.mark.parametrize('head_dim,hidden', [(64, 16), (32, 8), (3, 1)])
-def test_step_mlp_maps_q_and_k_through_a_quarter_width_hidden_layer_to_t_logits(head_dim, hidden):
-    mlp = LiSAAttention(2 * head_dim, 2, num_steps=3).step_mlp
+@pytest.mark.parametrize('head_dim,step_mlp_hidden,hidden', [(64, None, 64), (32, None, 32), (3, None, 3), (32, 8, 8)])
+def test_step_mlp_maps_q_and_k_through_a_head_width_hidden_layer_to_t_logits(head_dim, step_mlp_hidden, hidden):
+    """Default width: the head dim (the width that gives Table 1's LiSA DeiT-T FLOPs); an option."""
+    mlp = LiSAAttention(2 * head_dim, 2, num_steps=3, step_mlp_hidden=step_mlp_hidden).step_mlp
     assert [tuple(mlp[i].weight.shape) for i in (0, 2)] == [(hidden, 2 * head_dim), (3, hidden)]
     assert isinstance(mlp[1], nn.GELU)
 
@@ -273,6 +349,7 @@ def test_adaptive_weights_start_as_the_geometric_walk():
     (dict(pos_shape=(0, 3)), r'pos_shape must be two positive ints \(H, W\), got \(0, 3\)'),
     (dict(num_prefix_tokens=-1), 'num_prefix_tokens=-1'),
     (dict(eps=0.0), 'eps=0.0'),
+    (dict(implementation='exact'), r"implementation='exact' is not one of \['fast', 'reference'\]"),
     (dict(num_heads=5), 'num_heads=5 must be a positive divisor of dim=12'),
 ], ids=str)
 def test_invalid_arguments_raise_naming_the_value(kwargs, message):

@@ -9,21 +9,20 @@ import pytest
 import torch
 
 from projects.lisa.models.attention import local
-from projects.lisa.models.attention.local import neighbourhood_attention
+from projects.lisa.models.attention.local import neighbourhood_attention, neighbourhood_attention_reference
 
 pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
 
 
-@pytest.fixture(params=['fused', 'tensor-ops'])
-def implementation(request, monkeypatch):
-    """Run a test with the fused CPU kernel, then with the tensor-operation path."""
+@pytest.fixture(params=['fused', 'tensor-ops', 'reference'])
+def local_branch(request, monkeypatch):
+    """The local branch with the fused CPU kernel, with the tensor-operation path, and the
+    reference (plain autograd code)."""
     if request.param == 'tensor-ops':
         monkeypatch.setattr(local, 'CPU_KERNEL', None)
-        with warnings.catch_warnings():
-            warnings.filterwarnings('ignore', 'projects.lisa: the fused CPU kernel')
-            yield request.param
-    else:
-        yield request.param
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', 'projects.lisa: the fused CPU kernel')
+        yield neighbourhood_attention_reference if request.param == 'reference' else neighbourhood_attention
 
 
 def test_fused_kernel_is_built_and_runs_on_the_cpu_only(monkeypatch):
@@ -52,9 +51,9 @@ def inputs(hw_shape, num_prefix_tokens, d, dv, dtype=torch.float64, batch=2, hea
     ((3, 3), 0, 1, 6, 7),
     ((9, 1), 0, 5, 16, 2),
 ])
-def test_local_branch_matches_dense_masked_softmax(implementation, hw_shape, num_prefix_tokens, kernel_size, d, dv):
+def test_local_branch_matches_dense_masked_softmax(local_branch, hw_shape, num_prefix_tokens, kernel_size, d, dv):
     q, k, v, w = inputs(hw_shape, num_prefix_tokens, d, dv)
-    out = neighbourhood_attention(q, k, v, hw_shape, d ** -0.5, kernel_size, w, num_prefix_tokens)
+    out = local_branch(q, k, v, hw_shape, d ** -0.5, kernel_size, w, num_prefix_tokens)
     expected = w * ref.neighbourhood(q, k, v, hw_shape, num_prefix_tokens, kernel_size)
     torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
 
@@ -63,12 +62,12 @@ def test_local_branch_matches_dense_masked_softmax(implementation, hw_shape, num
     ((4, 5), 1, 3, 9, 6),
     ((3, 4), 0, 5, 4, 11),
 ])
-def test_local_branch_gradients_match_finite_differences(implementation, hw_shape, num_prefix_tokens,
+def test_local_branch_gradients_match_finite_differences(local_branch, hw_shape, num_prefix_tokens,
                                                           kernel_size, d, dv):
     args = [t.requires_grad_() for t in inputs(hw_shape, num_prefix_tokens, d, dv, batch=1, heads=2)]
 
     def f(q, k, v, w):
-        return neighbourhood_attention(q, k, v, hw_shape, 0.7, kernel_size, w, num_prefix_tokens)
+        return local_branch(q, k, v, hw_shape, 0.7, kernel_size, w, num_prefix_tokens)
 
     assert torch.autograd.gradcheck(f, args)
 
@@ -106,3 +105,33 @@ def test_fused_kernel_result_does_not_depend_on_the_thread_count():
         results.append([out.detach()] + [t.grad for t in (q, k, v, w)])
     for a, b in zip(*results):
         assert torch.equal(a, b)
+
+
+@pytest.mark.filterwarnings('ignore:projects.lisa. the fused CPU kernel')
+@pytest.mark.parametrize('path', ['fused', 'tensor-ops', 'tensor-ops in row blocks'])
+@pytest.mark.parametrize('hw_shape,num_prefix_tokens,kernel_size', [((5, 3), 1, 3), ((4, 6), 0, 5)])
+def test_fast_paths_match_the_reference_forward_and_gradients(path, hw_shape, num_prefix_tokens, kernel_size,
+                                                              monkeypatch):
+    """The fused kernel and the tensor operations (one block, or blocks of two 3-wide rows of
+    d = 4) against the reference's autograd, float64."""
+    if path != 'fused':
+        monkeypatch.setattr(local, 'CPU_KERNEL', None)
+    if path == 'tensor-ops in row blocks':
+        monkeypatch.setattr(local, 'CPU_BLOCK_ELEMENTS', 24)
+    args = [t.requires_grad_() for t in inputs(hw_shape, num_prefix_tokens, 4, 4)]
+    fast = neighbourhood_attention(*args[:3], hw_shape, 0.7, kernel_size, args[3], num_prefix_tokens)
+    reference = neighbourhood_attention_reference(*args[:3], hw_shape, 0.7, kernel_size, args[3], num_prefix_tokens)
+    torch.testing.assert_close(fast, reference, rtol=1e-12, atol=1e-12)
+    g = torch.randn_like(fast)
+    for a, b in zip(torch.autograd.grad(fast, args, g), torch.autograd.grad(reference, args, g)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.filterwarnings('ignore:projects.lisa. the fused CPU kernel')
+@pytest.mark.parametrize('op', ['neighbourhood_fused', 'neighbourhood'])
+def test_custom_ops_pass_opcheck(op):
+    """Schema, fake implementation (shapes, strides, dtypes of every output), autograd
+    registration and dynamic-shape tracing of the registered ops."""
+    q, k, v, w = inputs((4, 3), 1, 5, 6, batch=1, heads=2)
+    args = (*(t.flatten(0, 1).requires_grad_() for t in (q, k, v)), w.flatten().requires_grad_())
+    torch.library.opcheck(getattr(torch.ops.lisa, op), (*args, 4, 3, 1, 0.5, 3))

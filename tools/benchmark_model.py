@@ -1,10 +1,11 @@
-"""Latency and memory of DeiT-T with softmax, FLatten and LiSA attention (LiSA supp. Table 13).
+"""Latency and memory of DeiT-T (LiSA supp. Table 13) and speed of the dense models (Table 3).
 
-The model is the project's DeiT-T (``LiSAViT``, arch ``deit-tiny``, patch 16,
-12 layers, C = 192, 3 heads) with the attention of the DeiT-T configs in every
-layer, built at each input size (its position tables at that grid), batch 1,
-no drop path. At an input of S x S it sees ``1 + (S/16)^2`` tokens: 197 at 224,
-16,385 at 2048. For every attention and size it measures
+**DeiT-T** (default) with softmax, FLatten and LiSA attention.
+The model is DeiT-T (patch 16, 12 layers, C = 192, 3 heads) with the
+attention of the DeiT-T configs in every layer, built with torch alone
+(``projects.lisa.analysis.deit``: the forward pass of ``LiSAViT``) at each input
+size (its position tables at that grid), batch 1, no drop path. At an
+input of S x S it sees ``1 + (S/16)^2`` tokens: 197 at 224, 16,385 at 2048. For every attention and size it measures
 
 * ``fwd``: latency of the forward pass (``torch.no_grad``);
 * ``train``: latency of a training step (forward, backward of the sum of the
@@ -24,12 +25,29 @@ reuse, as CUDA's caching allocator does (``--glibc-malloc`` turns this off).
 The table, a JSON file and a log-log plot of latency
 and memory against the token count are written to ``--out``.
 
-Needs torch, mmengine and mmcv (``LiSAViT`` is built from their bricks) and
-matplotlib for the plot. Runs on the CPU and on CUDA (``--device``).
+**Dense models** (``--dense``): the parts of the Table 3 segmentation
+models that the attention changes, built from their configs with random
+weights: backbone + neck of Semantic FPN with PVT-T, FLatten-PVT-T and
+LiSA-PVT-T, and the backbone of UperNet with Swin-T, FLatten-Swin-T and
+LiSA-Swin-T. Per model, wall time and process CPU time of
 
-Example::
+* a training step at ``--train-size`` (512 x 512, the paper's crop): forward,
+  backward of the sum of every output into every parameter;
+* inference at ``--infer-size`` (512 x 2048, ADE20K's test scale): forward
+  under ``torch.no_grad`` in eval mode.
+
+The three models of a family take turns run by run (so ratios stay fair on
+a shared machine); the table gives each time and its ratios to the softmax
+model and to FLatten of the same family, ``CPU / wall``.
+
+DeiT-T needs torch alone (and matplotlib for the plot); ``--dense`` needs
+mmengine, mmcv and mmseg. Runs on the CPU and on
+CUDA (``--device``). ``--markdown PATH`` also writes the table to PATH.
+
+Examples::
 
     python tools/benchmark_model.py --img-sizes 224 448 896 1344 2048 --out work_dirs/benchmark_model
+    python tools/benchmark_model.py --dense --markdown work_dirs/dense.md
 """
 from __future__ import annotations
 
@@ -46,31 +64,21 @@ from projects.lisa.analysis.benchmark import (
     keep_freed_memory,
     loglog_plot,
     median_seconds,
+    median_times,
     saved_tensor_bytes,
 )
+from projects.lisa.analysis.deit import DEIT_TINY_ATTENTIONS as ATTENTIONS
+from projects.lisa.analysis.deit import PAPER_TABLE13 as PAPER
+from projects.lisa.analysis.deit import DeiT
 from projects.lisa.models.attention import local
-from projects.lisa.models.backbones.vit import LiSAViT
 
-# The attention of configs/classification/deit-tiny_{softmax,flatten,lisa}_8xb128_in1k.py.
-ATTENTIONS = {
-    'softmax': dict(type='softmax'),
-    'flatten': dict(type='flatten'),
-    'lisa': dict(type='lisa', num_steps=3),
-}
-# LiSA supp. Table 13 (GPU and batch not stated): tokens -> attention -> (latency ms, peak memory MB).
-PAPER = {
-    197: {'softmax': (3.50, None), 'flatten': (7.15, None), 'lisa': (13.53, None)},
-    16385: {'softmax': (898.92, 50281.7), 'flatten': (91.84, 1605.2), 'lisa': (161.71, 3409.1)},
-}
 PATCH = 16
 MiB = 2 ** 20
 
 
 def build_model(attention: str, img_size: int, device: torch.device) -> nn.Module:
     torch.manual_seed(0)
-    model = LiSAViT(arch='deit-tiny', pretrain_img_size=img_size, patch_size=PATCH, attn_cfgs=ATTENTIONS[attention],
-                    drop_path_rate=0.0)
-    return model.to(device).train()
+    return DeiT(ATTENTIONS[attention], img_size=img_size, patch_size=PATCH).to(device).train()
 
 
 class Bench:
@@ -81,7 +89,7 @@ class Bench:
         self.x = torch.randn(1, 3, img_size, img_size, device=device)
 
     def loss(self) -> torch.Tensor:
-        return self.model(self.x)[0].sum()
+        return self.model(self.x).sum()
 
     def train_step(self) -> None:
         self.model.zero_grad(set_to_none=True)
@@ -138,6 +146,99 @@ def table(rows: list[dict]) -> str:
     return '\n'.join(lines)
 
 
+CONFIGS = Path(__file__).resolve().parents[1] / 'configs' / 'segmentation'
+# family -> (what is measured, parts of the model, {model: config}); the first model is the softmax baseline.
+DENSE = {
+    'pvt': ('Semantic FPN backbone + neck', ('backbone', 'neck'), {
+        'PVT-T': 'fpn_pvt-t_8xb4-40k_ade20k-512x512.py',
+        'FLatten-PVT-T': 'fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py',
+        'LiSA-PVT-T': 'fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'}),
+    'swin': ('UperNet backbone', ('backbone', ), {
+        'Swin-T': 'upernet_swin-t_8xb2-160k_ade20k-512x512.py',
+        'FLatten-Swin-T': 'upernet_flatten-swin-t_8xb2-160k_ade20k-512x512.py',
+        'LiSA-Swin-T': 'upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py'}),
+}
+
+
+class DenseParts(nn.Module):
+    """The backbone (+ neck) of a segmentation config, randomly initialised."""
+
+    def __init__(self, config: Path, parts: tuple[str, ...]) -> None:
+        super().__init__()
+        from mmengine.config import Config
+        from mmengine.registry import init_default_scope
+        from mmseg.registry import MODELS
+
+        import projects.lisa  # noqa: F401  (registers the backbones)
+
+        init_default_scope('mmseg')
+        cfg = Config.fromfile(config).model
+        cfg.backbone.init_cfg = None  # random weights: no checkpoint
+        self.backbone = MODELS.build(cfg.backbone)
+        self.backbone.init_weights()
+        self.neck = MODELS.build(cfg.neck) if 'neck' in parts else None
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        feats = self.backbone(x)
+        return tuple(self.neck(feats)) if self.neck is not None else tuple(feats)
+
+
+class DenseBench:
+    """One dense model: its training step and its inference."""
+
+    def __init__(self, config: Path, parts: tuple[str, ...], args, device: torch.device) -> None:
+        torch.manual_seed(0)
+        self.model = DenseParts(config, parts).to(device)
+        self.train_x = torch.randn(args.batch, 3, *args.train_size, device=device)
+        self.infer_x = torch.randn(1, 3, *args.infer_size, device=device)
+
+    def train_step(self) -> None:
+        self.model.train()
+        self.model.zero_grad(set_to_none=True)
+        sum(out.sum() for out in self.model(self.train_x)).backward()
+
+    def infer(self) -> None:
+        self.model.eval()
+        with torch.no_grad():
+            self.model(self.infer_x)
+
+
+def measure_dense(family: str, args, device: torch.device) -> list[dict]:
+    """Rows of the models of one family; their runs take turns."""
+    what, parts, configs = DENSE[family]
+    benches = {name: DenseBench(CONFIGS / cfg, parts, args, device) for name, cfg in configs.items()}
+    timing = dict(warmup=args.warmup, repeats=args.repeats, budget_s=args.budget)
+    train = median_times({n: b.train_step for n, b in benches.items()}, device, **timing)
+    infer = median_times({n: b.infer for n, b in benches.items()}, device, **timing)
+    return [{'family': family, 'measured': what, 'model': name, 'config': configs[name],
+             **{f'train_{c}_ms': 1e3 * t for c, t in train[name].items()},
+             **{f'infer_{c}_ms': 1e3 * t for c, t in infer[name].items()}} for name in configs]
+
+
+def dense_table(rows: list[dict], args) -> str:
+    """Markdown table: times (CPU / wall) and their ratios to the softmax model and to FLatten."""
+    train, infer = '×'.join(map(str, args.train_size)), '×'.join(map(str, args.infer_size))
+    lines = [f'| model | measured | train step {train} ms (CPU / wall) | inference {infer} ms (CPU / wall) '
+             '| train / softmax | train / FLatten | inference / softmax | inference / FLatten |',
+             '|---|---|---|---|---|---|---|---|']
+    for family in dict.fromkeys(r['family'] for r in rows):
+        rs = [r for r in rows if r['family'] == family]
+        base, flatten = rs[0], next((r for r in rs if r['model'].startswith('FLatten')), None)
+
+        def cell(r, kind, fmt='{:.0f}'):
+            return ' / '.join(fmt.format(r[f'{kind}_{c}_ms']) for c in ('cpu', 'wall'))
+
+        def ratio(r, ref, kind):
+            return ' / '.join(f"{r[f'{kind}_{c}_ms'] / ref[f'{kind}_{c}_ms']:.2f}x"
+                              for c in ('cpu', 'wall')) if ref is not None else '-'
+
+        for r in rs:
+            lines.append(f"| {r['model']} | {r['measured']} | {cell(r, 'train')} | {cell(r, 'infer')} | "
+                         f"{ratio(r, base, 'train')} | {ratio(r, flatten, 'train')} | "
+                         f"{ratio(r, base, 'infer')} | {ratio(r, flatten, 'infer')} |")
+    return '\n'.join(lines)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--img-sizes', type=int, nargs='+', default=[224, 448, 896, 1344, 2048],
@@ -153,6 +254,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--out', type=Path, default=Path('work_dirs/benchmark_model'))
     parser.add_argument('--glibc-malloc', action='store_true',
                         help="time with glibc's default malloc (fresh mmap for every block >= 32 MiB)")
+    parser.add_argument('--markdown', type=Path, help='also write the markdown table to this file')
+    dense = parser.add_argument_group('dense models (--dense)')
+    dense.add_argument('--dense', action='store_true',
+                       help='time the Table 3 segmentation backbones (+ FPN neck) instead of DeiT-T')
+    dense.add_argument('--families', nargs='+', default=list(DENSE), choices=list(DENSE))
+    dense.add_argument('--train-size', type=int, nargs=2, default=[512, 512], metavar=('H', 'W'))
+    dense.add_argument('--infer-size', type=int, nargs=2, default=[512, 2048], metavar=('H', 'W'))
+    dense.add_argument('--batch', type=int, default=1, help='images per training step')
     args = parser.parse_args(argv)
     if args.device == 'auto':
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -161,9 +270,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     for size in args.img_sizes:
         if size < PATCH or size % PATCH:
             parser.error(f'--img-sizes: {size} is not a positive multiple of the patch size {PATCH}')
-    for name in ('warmup', 'repeats', 'threads'):
+    for name in ('warmup', 'repeats', 'threads', 'batch'):
         if getattr(args, name) < 1:
             parser.error(f'--{name}={getattr(args, name)} must be >= 1')
+    for name in ('train_size', 'infer_size'):
+        if min(getattr(args, name)) < 32:
+            parser.error(f'--{name.replace("_", "-")}={getattr(args, name)}: both sides must be >= 32 '
+                         '(the output stride of the backbones)')
     return args
 
 
@@ -173,6 +286,9 @@ def main(argv=None) -> None:
     device = torch.device(args.device)
     if device.type == 'cpu' and not args.glibc_malloc:
         keep_freed_memory()
+    if args.dense:
+        dense_main(args, device)
+        return
     device_name = torch.cuda.get_device_name(device) if device.type == 'cuda' else f'CPU, {args.threads} threads'
     title = (f'DeiT-T, batch 1; {device_name}; torch {torch.__version__}; '
              f'median of up to {args.repeats} runs after {args.warmup} warm-up (the memory run first); '
@@ -187,14 +303,39 @@ def main(argv=None) -> None:
                   + (f", peak {row['peak'] / MiB:.1f} MiB" if 'peak' in row else ''), flush=True)
     report = table(rows)
     print(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / 'benchmark_model.json').write_text(json.dumps({'setting': title, 'rows': rows}, indent=1))
-    (args.out / 'benchmark_model.md').write_text(title + '\n\n' + report + '\n')
+    write(args, 'benchmark_model', title, rows, report)
     loglog_plot(rows, 'attention', 'tokens', {'train_ms': 'train step', 'fwd_ms': 'forward'},
                 {'saved': 'saved', 'peak': 'peak'}, args.out / 'benchmark_model.png', title,
                 'memory of a training step (MiB)')
     print(f'saved {args.out}/benchmark_model.{{png,json,md}}')
 
+
+def dense_main(args, device: torch.device) -> None:
+    device_name = torch.cuda.get_device_name(device) if device.type == 'cuda' else f'CPU, {args.threads} threads'
+    title = (f'Dense models, random weights, training batch {args.batch}; {device_name}; torch {torch.__version__}; '
+             f'median of up to {args.repeats} runs after {args.warmup} warm-up, models taking turns; '
+             f'LiSA local branch: {local.implementation(device.type)}; load {os.getloadavg()[0]:.2f}')
+    print(title, flush=True)
+    rows = []
+    for family in args.families:
+        for row in measure_dense(family, args, device):
+            rows.append(row)
+            print(f"  {row['model']:15s} train {row['train_cpu_ms']:.0f} ms CPU, {row['train_wall_ms']:.0f} ms wall; "
+                  f"inference {row['infer_cpu_ms']:.0f} ms CPU, {row['infer_wall_ms']:.0f} ms wall", flush=True)
+    report = dense_table(rows, args) + f'\n\nload average at the end: {os.getloadavg()[0]:.2f}'
+    print(report)
+    write(args, 'benchmark_dense', title, rows, report)
+    print(f'saved {args.out}/benchmark_dense.{{json,md}}')
+
+
+def write(args, name: str, title: str, rows: list[dict], report: str) -> None:
+    """``NAME.json`` and ``NAME.md`` under ``--out``; the markdown also to ``--markdown``."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f'{name}.json').write_text(json.dumps({'setting': title, 'rows': rows}, indent=1))
+    (args.out / f'{name}.md').write_text(title + '\n\n' + report + '\n')
+    if args.markdown is not None:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(title + '\n\n' + report + '\n')
 
 if __name__ == '__main__':
     main()

@@ -1,8 +1,8 @@
 """Latency and memory of a training or inference step, on the CPU or on CUDA (torch only).
 
-* latency: median wall time over ``repeats`` runs after ``warmup`` runs,
-  synchronising CUDA around each run, the compared steps taking turns
-  (:func:`median_seconds`);
+* latency: median wall time (and process CPU time) over ``repeats`` runs after
+  ``warmup`` runs, synchronising CUDA around each run, the compared steps
+  taking turns (:func:`median_times`, :func:`median_seconds`);
 * memory of a training step:
   - ``saved``: bytes of the distinct storages autograd keeps for backward
     (:func:`saved_tensor_bytes`, recorded with
@@ -49,33 +49,48 @@ def keep_freed_memory() -> None:
         libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: do not hand freed heap back
 
 
-def median_seconds(steps: Mapping[str, Callable[[], object]], device: torch.device, warmup: int = 2,
-                   repeats: int = 7, budget_s: float = float('inf'),
-                   clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
-    """Median seconds of each step over ``repeats`` timed calls after ``warmup`` untimed ones.
+CLOCKS: dict[str, Callable[[], float]] = {'wall': time.perf_counter, 'cpu': time.process_time}
+
+
+def median_times(steps: Mapping[str, Callable[[], object]], device: torch.device, warmup: int = 2,
+                 repeats: int = 7, budget_s: float = float('inf'),
+                 clocks: Mapping[str, Callable[[], float]] = CLOCKS) -> dict[str, dict[str, float]]:
+    """Median seconds of each step by each clock over ``repeats`` timed calls after ``warmup`` untimed ones.
 
     The steps take turns (one call of each per round), so a change of the
     machine's load during the measurement hits them alike and their ratios stay
     fair on a shared machine. A step stops being timed once its timed calls
-    took ``budget_s`` in total (after at least one), so slow steps stay affordable.
-    ``clock``: wall time by default; ``time.process_time`` gives the process's CPU time.
+    took ``budget_s`` in total by the first clock (after at least one), so slow
+    steps stay affordable. ``clocks``: name -> clock, read together around each
+    call; by default wall time and the process's CPU time (all threads).
+    Returns ``{step: {clock: seconds}}``.
     """
     if warmup < 0 or repeats < 1:
         raise ValueError(f'warmup={warmup} must be >= 0 and repeats={repeats} >= 1')
     for _ in range(warmup):
         for step in steps.values():
             step()
-    times: dict[str, list[float]] = {name: [] for name in steps}
+    first = next(iter(clocks))
+    times: dict[str, dict[str, list[float]]] = {name: {c: [] for c in clocks} for name in steps}
     for _ in range(repeats):
         for name, step in steps.items():
-            if times[name] and sum(times[name]) >= budget_s:
+            if times[name][first] and sum(times[name][first]) >= budget_s:
                 continue
             synchronize(device)
-            start = clock()
+            start = {c: clock() for c, clock in clocks.items()}
             step()
             synchronize(device)
-            times[name].append(clock() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+            for c, clock in clocks.items():
+                times[name][c].append(clock() - start[c])
+    return {name: {c: statistics.median(t) for c, t in ts.items()} for name, ts in times.items()}
+
+
+def median_seconds(steps: Mapping[str, Callable[[], object]], device: torch.device, warmup: int = 2,
+                   repeats: int = 7, budget_s: float = float('inf'),
+                   clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """:func:`median_times` by one ``clock`` (wall time by default): ``{step: seconds}``."""
+    times = median_times(steps, device, warmup, repeats, budget_s, {'clock': clock})
+    return {name: t['clock'] for name, t in times.items()}
 
 
 def saved_tensor_bytes(forward: Callable[[], Tensor], exclude: Iterable[Tensor] = ()) -> int:

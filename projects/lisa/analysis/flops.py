@@ -15,10 +15,10 @@ module adds a handle for each (:data:`FLOP_HANDLES`):
 * ``aten::scaled_dot_product_attention`` (:class:`SoftmaxAttention`): the two
   products ``Q K^T`` and ``A V``, ``B h n m (d + dv)`` -- what mmdet's PVT (two
   ``bmm`` of ``nn.MultiheadAttention``) and Swin (two ``matmul``) count;
-* LiSA's walk (the autograd function ``_RandomWalk``, one opaque
-  ``prim::PythonOp`` in a trace): every product of Eq. 8 as the forward
-  performs it (:func:`walk_flop_jit`);
-* LiSA's local branch (``_NeighbourhoodAttention``, or ``_FusedNeighbourhoodAttention``
+* LiSA's walk (the custom op ``lisa::random_walk``, one opaque node in a
+  trace): every product of Eq. 8 as the forward performs it
+  (:func:`walk_flop_jit`);
+* LiSA's local branch (``lisa::neighbourhood``, or ``lisa::neighbourhood_fused``
   with the fused CPU kernel): ``Q K^T`` and ``A V`` restricted to each token's
   window (:func:`neighbourhood_flop_jit`).
 
@@ -27,6 +27,7 @@ kernel attentions are ordinary ``linear`` / ``conv`` ops and counted as such.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -79,7 +80,7 @@ def sdpa_flop_jit(inputs: list, outputs: list) -> int:
 
 
 def walk_flop_jit(inputs: list, outputs: list) -> Counter:
-    """LiSA's truncated walk ``sum_k w_k S^k V`` (``walk._RandomWalk``), per batch and head::
+    """LiSA's truncated walk ``sum_k w_k S^k V`` (``lisa::random_walk``), per batch and head::
 
         row sums  Q mu                n d        (Q~ = diag(Q K^T 1)^-1 Q, mu = mean of K)
         A = K^T Q~,  M_1 = K^T V      n d d + n d dv
@@ -104,38 +105,26 @@ def window_pairs(hw_shape: Sequence[int], kernel_size: int) -> int:
     return math.prod(sum(max(0, s - abs(o)) for o in range(-r, r + 1)) for s in hw_shape)
 
 
-def neighbourhood_flop_jit(inputs: list, outputs: list) -> Counter:
-    """LiSA's local branch (either autograd function of ``local``): ``Q K^T`` and ``A V``
-    over the window pairs of the grid, ``pairs (d + dv)`` per batch and head; the
-    prefix tokens, which keep their own value, cost nothing.
+def neighbourhood_flop_jit(inputs: list, outputs: list, window_dims: tuple[int, int, int]) -> Counter:
+    """LiSA's local branch (either custom op of ``local``): ``Q K^T`` and ``A V`` over the
+    window pairs of the grid, ``pairs (d + dv)`` per batch and head; the prefix tokens,
+    which keep their own value, cost nothing.
 
-    ``inputs``: ``q, k (BH, p + H*W, d)``, ``v (BH, p + H*W, dv)``, ...; the grid
-    ``(H, W)`` is the tuple among the constant arguments, ``kernel_size`` the last one.
+    ``inputs``: ``q, k (BH, p + H*W, d)``, ``v (BH, p + H*W, dv)``, ...; the second
+    output, the attention weights, holds ``H, W`` and ``k*k`` at ``window_dims``.
     """
     q, _, v = (get_shape(x) for x in inputs[:3])
-    constants = outputs[0].node().scalar_args()
-    hw_shape = next(c for c in constants if isinstance(c, tuple))
-    flops = window_pairs(hw_shape, constants[-1]) * (q[-1] + v[-1])
+    h, w, kk = (get_shape(outputs[1])[i] for i in window_dims)
+    flops = window_pairs((h, w), math.isqrt(kk)) * (q[-1] + v[-1])
     return Counter(neighbourhood_attention=_batch(q) * flops)
 
 
 FLOP_HANDLES = {
     'aten::scaled_dot_product_attention': sdpa_flop_jit,
-    'prim::PythonOp._RandomWalk': walk_flop_jit,
-    'prim::PythonOp._NeighbourhoodAttention': neighbourhood_flop_jit,
-    'prim::PythonOp._FusedNeighbourhoodAttention': neighbourhood_flop_jit,
+    'lisa::random_walk': walk_flop_jit,
+    'lisa::neighbourhood': functools.partial(neighbourhood_flop_jit, window_dims=(2, 3, 1)),  # (BH, k*k, H, W)
+    'lisa::neighbourhood_fused': functools.partial(neighbourhood_flop_jit, window_dims=(1, 2, 3)),  # (BH, H, W, k*k)
 }
-
-
-def _own_functions() -> set[str]:
-    """Names of the autograd functions of ``projects.lisa`` (each needs a handle)."""
-    found, todo = set(), [torch.autograd.Function]
-    while todo:
-        cls = todo.pop()
-        todo.extend(cls.__subclasses__())
-        if cls.__module__.startswith('projects.lisa'):
-            found.add(f'prim::PythonOp.{cls.__name__}')
-    return found
 
 
 @dataclass
@@ -157,14 +146,14 @@ def flop_analyzer(model: nn.Module, inputs: tuple) -> FlopAnalyzer:
 def model_complexity(model: nn.Module, inputs: tuple, input_hw: tuple[int, int] | None = None) -> Complexity:
     """Count ``model(*inputs)`` (one jit trace, no gradients).
 
-    Raises if the trace holds an autograd function of this project that has no
-    handle: its products would silently count as zero.
+    Raises if the trace holds a custom op of this project (``lisa::``) that has
+    no handle: its products would silently count as zero.
     """
     analyzer = flop_analyzer(model, inputs)
     with torch.no_grad():
         flops = analyzer.total()
     uncounted = analyzer.unsupported_ops()
-    missing = sorted(set(uncounted) & _own_functions())
+    missing = sorted(op for op in uncounted if op.startswith('lisa::'))
     if missing:
         raise RuntimeError(f'no FLOP handle for {missing}; add one to FLOP_HANDLES')
     return Complexity(flops, parameter_count(model)[''], input_hw, Counter(analyzer.by_operator()), uncounted)

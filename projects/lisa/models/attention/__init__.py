@@ -8,12 +8,12 @@ from .angular import AngularAttention
 from .base import ATTENTIONS, CONTEXT, KernelAttention, build_attention, check_attention_type, register_attention
 from .bra import BiLevelRoutingAttention, LePEAttention
 from .linear import FocusedLinearAttention, LinearAttention
-from .lisa import LiSAAttention
+from .lisa import LiSAAttention, set_implementation
 from .softmax import SoftmaxAttention
 from .window import ShiftedWindowAttention
 
 __all__ = [
     'ATTENTIONS', 'CONTEXT', 'build_attention', 'check_attention_type', 'register_attention', 'KernelAttention',
     'SoftmaxAttention', 'ShiftedWindowAttention', 'LinearAttention', 'FocusedLinearAttention', 'AngularAttention',
-    'LiSAAttention', 'BiLevelRoutingAttention', 'LePEAttention'
+    'LiSAAttention', 'BiLevelRoutingAttention', 'LePEAttention', 'set_implementation'
 ]

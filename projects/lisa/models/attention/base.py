@@ -7,6 +7,7 @@ torch alone so that the operator and its benchmarks run without OpenMMLab.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Mapping, Sequence
@@ -118,11 +119,58 @@ def focus(x: Tensor, p: float) -> Tensor:
     return up * (m * u.norm(dim=-1, keepdim=True) / up.norm(dim=-1, keepdim=True))
 
 
+RESIZE_MODES = ('bilinear', 'bicubic')
+
+
+@functools.lru_cache(maxsize=256)
+def interpolation_matrix(size_in: int, size_out: int, mode: str, device: torch.device,
+                         dtype: torch.dtype) -> Tensor:
+    """``(size_out, size_in)`` matrix ``A`` of 1-D resizing: ``A x`` is ``F.interpolate(x, mode=mode,
+    align_corners=False)`` along one axis (half-pixel centres, border replicated).
+
+    Read off ``F.interpolate`` itself by resizing the unit vectors in float64 (the other axis
+    of size 1 stays exact). Cached per size, outside inference mode (so that a matrix made
+    at test time can still take part in training).
+    """
+    with torch.inference_mode(False), torch.no_grad():
+        units = torch.eye(size_in, dtype=torch.float64).view(1, size_in, size_in, 1)  # channel j: e_j
+        matrix = F.interpolate(units, size=(size_out, 1), mode=mode, align_corners=False)[0, :, :, 0].T
+        return matrix.to(device, dtype)
+
+
+def static_sizes(*sizes: int) -> bool:
+    """Whether every size is a plain int, not a symbol of a trace with dynamic shapes (where a
+    comparison such as ``size == pos_shape`` would pin the traced graph to one size)."""
+    return all(type(s) is int for s in sizes)
+
+
+def resize_grid(grid: Tensor, size: Sequence[int], mode: str) -> Tensor:
+    """Resize a ``(h, w, C)`` grid to ``size = (H, W)``: ``F.interpolate(..., mode, align_corners=False)``.
+
+    Bilinear and bicubic resizing are separable and linear, ``out = A_y G A_x^T`` per channel,
+    so eagerly the grid goes through two small matmuls with cached matrices of
+    :func:`interpolation_matrix` (forward and backward are dense products, no
+    channels-first copy). Under tracing (``torch.compile``, ``torch.export``, ONNX) the
+    size may be symbolic and ``F.interpolate`` itself is recorded.
+    """
+    if mode not in RESIZE_MODES:
+        raise ValueError(f'mode={mode!r} is not one of {RESIZE_MODES}')
+    h, w, c = grid.shape
+    out_h, out_w = size
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or not static_sizes(h, w, out_h, out_w):
+        chw = grid.permute(2, 0, 1).unsqueeze(0)
+        return F.interpolate(chw, size=(out_h, out_w), mode=mode, align_corners=False)[0].permute(1, 2, 0)
+    a_y = interpolation_matrix(h, out_h, mode, grid.device, grid.dtype)
+    a_x = interpolation_matrix(w, out_w, mode, grid.device, grid.dtype)
+    rows = (a_y @ grid.reshape(h, w * c)).view(out_h, w, c)  # along y
+    return a_x @ rows                                         # along x: (W, w) @ (H, w, C) -> (H, W, C)
+
+
 class PositionalEncoding(nn.Module):
     """Learnable positional encoding for ``num_prefix_tokens + H0 * W0`` tokens.
 
-    For another grid ``(H, W)`` the grid part is resized bicubically; the
-    prefix part is used as it is.
+    For another grid ``(H, W)`` the grid part is resized bicubically
+    (:func:`resize_grid`); the prefix part is used as it is.
     """
 
     def __init__(self, dim: int, pos_shape: Sequence[int], num_prefix_tokens: int = 0) -> None:
@@ -135,14 +183,12 @@ class PositionalEncoding(nn.Module):
 
     def forward(self, hw_shape: Sequence[int]) -> Tensor:
         hw_shape = tuple(hw_shape)
-        if hw_shape == self.pos_shape:
+        if static_sizes(*hw_shape) and hw_shape == self.pos_shape:
             return self.weight
         p = self.num_prefix_tokens
-        prefix, grid = self.weight[:, :p], self.weight[:, p:]
-        h0, w0 = self.pos_shape
-        grid = grid.reshape(1, h0, w0, -1).permute(0, 3, 1, 2)
-        grid = F.interpolate(grid, size=hw_shape, mode='bicubic', align_corners=False)
-        return torch.cat([prefix, grid.flatten(2).transpose(1, 2)], dim=1)
+        grid = resize_grid(self.weight[0, p:].view(*self.pos_shape, -1), hw_shape, 'bicubic')
+        grid = grid.reshape(1, -1, grid.shape[-1])
+        return torch.cat([self.weight[:, :p], grid], dim=1) if p else grid
 
 
 class KernelAttention(nn.Module):
@@ -222,11 +268,16 @@ class KernelAttention(nn.Module):
         raise NotImplementedError
 
     def depthwise(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
-        """Depthwise conv of the grid values; prefix tokens get zero. ``(B, h, N, d)``."""
+        """Depthwise conv of the grid values; prefix tokens get zero. ``(B, h, N, d)``.
+
+        The conv's input is a fresh NCHW tensor, not a permuted view: inductor
+        (torch 2.14) cannot order a view's symbolic strides when a graph with
+        dynamic shapes saves it for backward.
+        """
         b, h, n, d = v.shape
         p = self.num_prefix_tokens
-        grid = v[:, :, p:].reshape(b * h, *hw_shape, d).permute(0, 3, 1, 2)
-        out = self.dwc(grid).permute(0, 2, 3, 1).reshape(b, h, -1, d)
+        grid = v[:, :, p:].reshape(b * h, *hw_shape, d).permute(0, 3, 1, 2).contiguous()
+        out = self.dwc(grid).permute(0, 2, 3, 1).reshape(b, h, n - p, d)
         return F.pad(out, (0, 0, p, 0)) if p else out
 
     def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:

@@ -9,10 +9,32 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import KernelAttention, register_attention
-from .local import neighbourhood_attention
-from .walk import geometric_weights, random_walk, transition_factors, untruncated_walk
+from .local import neighbourhood_attention, neighbourhood_attention_reference
+from .walk import geometric_weights, random_walk, random_walk_reference, transition_factors, untruncated_walk
 
 STEP_WEIGHTS = ('adaptive', 'geometric')
+#: The walk and the local branch of each implementation (:class:`LiSAAttention`).
+IMPLEMENTATIONS = {
+    'fast': (random_walk, neighbourhood_attention),
+    'reference': (random_walk_reference, neighbourhood_attention_reference),
+}
+
+
+def check_implementation(name: str) -> str:
+    """Return ``name`` if it is one of :data:`IMPLEMENTATIONS`, else raise naming the valid ones."""
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(f'implementation={name!r} is not one of {sorted(IMPLEMENTATIONS)}')
+    return name
+
+
+def set_implementation(model: nn.Module, name: str) -> nn.Module:
+    """Switch every :class:`LiSAAttention` of ``model`` to ``name`` ('fast' or 'reference');
+    returns ``model``. E.g. the reference before an export that cannot represent the custom ops."""
+    check_implementation(name)
+    for m in model.modules():
+        if isinstance(m, LiSAAttention):
+            m.implementation = name
+    return model
 
 
 @register_attention('lisa')
@@ -40,20 +62,32 @@ class LiSAAttention(KernelAttention):
 
     Open details of the paper, chosen here: ``beta = 0.5``; the local branch
     uses the same (focused) features as the walk with temperature ``sqrt(d)``;
-    the step MLP's hidden width is ``d / 4`` (the paper puts LiSA's whole
-    overhead over FLatten at ~1 GFLOP of PVT-T's 170G at 2048x512, which
-    leaves no room for a wider MLP) and its output layer starts at zero
-    weight and ``log`` of the geometric weights as bias, so training starts
-    from the geometric walk.
+    the step MLP's hidden width is ``d``: the paper does not state it, but
+    its Table 1 fixes it through LiSA DeiT-T's 3.75 GFLOPs at 384x384, which
+    this project's counter (:mod:`projects.lisa.analysis.flops`, the softmax
+    row exact at 4.70) gives for width ``d`` (3.743G), not for ``d / 4``
+    (3.612G) or ``2 d`` (3.917G). Its output layer starts at zero weight and
+    ``log`` of the geometric weights as bias, so training starts from the
+    geometric walk.
+
+    Implementations (``implementation``, or :func:`set_implementation` for a
+    whole model): 'reference' is the definition, Eq. 8 and the window softmax
+    in plain tensor code differentiated by autograd
+    (:func:`~.walk.random_walk_reference`,
+    :func:`~.local.neighbourhood_attention_reference`); 'fast' (default) runs
+    the same math as custom ops with analytic backward passes, the fused CPU
+    kernel of the local branch and its row blocking, held to the reference by
+    the tests. T = infinity is plain tensor code in both.
 
     Args:
         num_steps: truncation T >= 1 (T = 1 is the self-loop), or ``math.inf``.
         beta: continuation probability in [0, 1).
         step_weights: 'adaptive' (Eq. 10) or 'geometric' (Eq. 4).
-        step_mlp_hidden: hidden width of the step MLP (default: head dim // 4).
+        step_mlp_hidden: hidden width of the step MLP (default: the head dim).
         use_global, use_local: keep each branch (Table 6's ablation); alpha
             exists only with both.
         local_kernel_size: odd window size of the local branch.
+        implementation: 'fast' or 'reference' (see above).
         **kwargs: :class:`KernelAttention` arguments (focusing, dwc, pos_shape, ...).
     """
 
@@ -68,6 +102,7 @@ class LiSAAttention(KernelAttention):
         use_global: bool = True,
         use_local: bool = True,
         local_kernel_size: int = 3,
+        implementation: str = 'fast',
         focusing: bool = True,
         dwc: bool = True,
         **kwargs,
@@ -95,10 +130,11 @@ class LiSAAttention(KernelAttention):
         self.num_steps, self.beta, self.step_weights = num_steps, beta, step_weights
         self.use_global, self.use_local = use_global, use_local
         self.local_kernel_size = local_kernel_size
+        self.implementation = check_implementation(implementation)
 
         adaptive = use_global and step_weights == 'adaptive' and num_steps > 1
         if adaptive:
-            hidden = step_mlp_hidden or max(1, self.head_dim // 4)
+            hidden = step_mlp_hidden or self.head_dim
             self.step_mlp = nn.Sequential(
                 nn.Linear(2 * self.head_dim, hidden), nn.GELU(), nn.Linear(hidden, num_steps))
         else:
@@ -121,7 +157,7 @@ class LiSAAttention(KernelAttention):
                              k.flatten(0, -2), first.weight[:, d:].T)
         # Logits as (T, tokens): a softmax over a last dimension of size T is slow on the CPU.
         logits = torch.addmm(last.bias[:, None], last.weight, self.step_mlp[1](hidden).T)
-        return logits.softmax(dim=0).T.view(*q.shape[:-1], -1)
+        return logits.softmax(dim=0).T.view(*q.shape[:-1], self.num_steps)
 
     def global_branch(self, q: Tensor, k: Tensor, v: Tensor, weight: Tensor | None = None) -> Tensor:
         """The walk, times the per-head ``weight (1, h, 1, 1)`` when given (folded into
@@ -133,14 +169,15 @@ class LiSAAttention(KernelAttention):
             weights = self.step_weights_of(q, k)
         else:
             weights = geometric_weights(self.beta, self.num_steps).to(v.device, torch.float32)
-        return random_walk(q, k, v, weights if weight is None else weights * weight, self.eps)
+        walk = IMPLEMENTATIONS[self.implementation][0]
+        return walk(q, k, v, weights if weight is None else weights * weight, self.eps)
 
     def local_branch(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int],
                      weight: Tensor | None = None) -> Tensor:
         """The 3x3 attention (prefix tokens attend to themselves), times the per-head
         ``weight (1, h, 1, 1)`` when given."""
-        return neighbourhood_attention(q, k, v, hw_shape, self.head_dim ** -0.5, self.local_kernel_size,
-                                       weight, self.num_prefix_tokens)
+        local = IMPLEMENTATIONS[self.implementation][1]
+        return local(q, k, v, hw_shape, self.head_dim ** -0.5, self.local_kernel_size, weight, self.num_prefix_tokens)
 
     def mix(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         # Both branches read q, k, v many times; per-head contiguous copies make every pass dense.

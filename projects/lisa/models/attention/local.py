@@ -1,10 +1,13 @@
 """LiSA's local branch: softmax attention over each token's 3x3 grid neighbourhood."""
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterator, Sequence
+from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 try:  # the fused CPU kernel, csrc/neighbourhood_cpu.cpp, built by `pip install -e .` (setup.py)
@@ -34,31 +37,49 @@ def neighbourhood_attention(
     (``w``, default 1) broadcasts to ``(B, h, 1, 1)``: a fusion weight folded
     into the attention weights, which costs no pass over the tokens.
 
-    On the CPU a fused kernel (``csrc/neighbourhood_cpu.cpp``) computes each
-    token's window in one go, forward and backward, parallel over grid rows.
-    Elsewhere (or where the kernel is not built) each window offset is one
-    tensor operation over the overlapping parts of two grids (no padded or
-    unfolded copies); on the CPU in row blocks that stay in cache across the
-    offsets. Both keep q, k, v and the ``k*k`` weights per token for backward
-    and gather each token's gradients from its neighbours (no scatter), so
-    the result does not depend on the number of threads. The branch runs in
-    float32 at least (exp of large similarities under fp16/bf16); the output
-    has ``v``'s dtype.
+    :func:`neighbourhood_attention_reference` is the definition; this is the
+    fast path, a registered custom op with its own backward. On the CPU a
+    fused kernel (``csrc/neighbourhood_cpu.cpp``, op ``lisa::neighbourhood_fused``)
+    computes each token's window in one go, forward and backward, parallel
+    over grid rows. Elsewhere (or where the kernel is not built) each window
+    offset is one tensor operation over the overlapping parts of two grids
+    (op ``lisa::neighbourhood``; no padded or unfolded copies); on the CPU in
+    row blocks that stay in cache across the offsets. Both keep q, k, v and
+    the ``k*k`` weights per token for backward and gather each token's
+    gradients from its neighbours (no scatter), so the result does not depend
+    on the number of threads. The branch runs in float32 at least (exp of
+    large similarities under fp16/bf16); the output has ``v``'s dtype.
     """
     dtype = torch.promote_types(torch.promote_types(q.dtype, v.dtype), torch.float32)
-    b, nh, n, _ = q.shape
+    b, nh = q.shape[:2]
     out_dtype = v.dtype
-    q, k, v = (t.to(dtype).reshape(b * nh, n, -1) for t in (q, k, v))
+    q, k, v = (t.to(dtype).flatten(0, 1).contiguous() for t in (q, k, v))
     out_scale = torch.ones((), dtype=dtype, device=q.device) if out_scale is None else out_scale
-    out_scale = out_scale.to(dtype).expand(b, nh, 1, 1).reshape(b * nh)
-    fused = implementation(q.device.type) == FUSED
-    if q.device.type == 'cpu' and not fused:
-        warnings.warn('projects.lisa: the fused CPU kernel of the local branch is not built, using tensor '
-                      'operations (slower); build it with `pip install --no-build-isolation -e .`', stacklevel=2)
-    function = _FusedNeighbourhoodAttention if fused else _NeighbourhoodAttention
+    out_scale = out_scale.to(dtype).expand(b, nh, 1, 1).flatten().contiguous()
+    op = torch.ops.lisa.neighbourhood_fused if implementation(q.device.type) == FUSED else torch.ops.lisa.neighbourhood
     with torch.autocast(q.device.type, enabled=False):
-        out = function.apply(q, k, v, out_scale, tuple(map(int, hw_shape)), num_prefix_tokens, scale, kernel_size)
-    return out.view(b, nh, n, -1).to(out_dtype)
+        out = op(q, k, v, out_scale, *hw_shape, num_prefix_tokens, scale, kernel_size)[0]
+    return out.unflatten(0, (b, nh)).to(out_dtype)
+
+
+def neighbourhood_attention_reference(
+    q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], scale: float, kernel_size: int = 3,
+    out_scale: Tensor | None = None, num_prefix_tokens: int = 0
+) -> Tensor:
+    """:func:`neighbourhood_attention` as its definition, differentiated by autograd: the
+    ``k*k`` shifted copies of the zero-padded key and value grids, logits of neighbours
+    outside the image set to ``-inf``."""
+    p, (h, w), r = num_prefix_tokens, hw_shape, kernel_size // 2
+
+    def windows(t: Tensor) -> Tensor:  # (B, nh, H, W, k*k, d): each grid token's neighbours
+        grid = F.pad(t[:, :, p:].unflatten(2, (h, w)), (0, 0, r, r, r, r))
+        return torch.stack([grid[:, :, y:y + h, x:x + w] for y in range(kernel_size) for x in range(kernel_size)], -2)
+
+    inside = windows(torch.ones_like(q[:1, :1, :, :1]))[..., 0] > 0
+    logits = (q[:, :, p:].unflatten(2, (h, w)).unsqueeze(-2) * windows(k)).sum(-1) * scale
+    attn = logits.masked_fill(~inside, -math.inf).softmax(-1)
+    out = torch.cat([v[:, :, :p], (attn.unsqueeze(-1) * windows(v)).sum(-2).flatten(2, 3)], dim=2)
+    return out if out_scale is None else out * out_scale
 
 
 def implementation(device_type: str) -> str:
@@ -81,30 +102,22 @@ def _prefix_backward(grad: Tensor, v: Tensor, out_scale: Tensor, d_q: Tensor, d_
     return (grad[:, :p] * v[:, :p]).sum((1, 2))
 
 
-class _FusedNeighbourhoodAttention(torch.autograd.Function):
-    """:func:`neighbourhood_attention` by the fused CPU kernel on ``(BH, p + H*W, d)`` tokens
-    (the gradients of :class:`_NeighbourhoodAttention`); prefix tokens: ``Y_i = w v_i``."""
+def _fused_forward(q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, h: int, w: int, num_prefix_tokens: int,
+                   scale: float, kernel_size: int) -> tuple[Tensor, Tensor]:
+    """:func:`neighbourhood_attention` by the fused CPU kernel on contiguous ``(BH, p + H*W, d)``
+    tokens: the output and the attention weights ``(BH, H, W, k*k)``."""
+    p = num_prefix_tokens
+    out, attn = CPU_KERNEL.forward(q, k, v, out_scale, p, h, w, scale, kernel_size)
+    _prefix_forward(v, out_scale, out, p)
+    return out, attn.view(q.shape[0], h, w, kernel_size ** 2)
 
-    @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, hw_shape: tuple[int, int],
-                num_prefix_tokens: int, scale: float, kernel_size: int) -> Tensor:
-        q, k, v, out_scale = (t.contiguous() for t in (q, k, v, out_scale))
-        p = num_prefix_tokens
-        out, attn = CPU_KERNEL.forward(q, k, v, out_scale, p, *hw_shape, scale, kernel_size)
-        _prefix_forward(v, out_scale, out, p)
-        ctx.save_for_backward(q, k, v, out_scale, attn)
-        ctx.args = (p, *hw_shape, scale, kernel_size)
-        return out
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: Tensor):
-        q, k, v, out_scale, attn = ctx.saved_tensors
-        p = ctx.args[0]
-        grad = grad.contiguous()
-        d_q, d_k, d_v, d_w_rows = CPU_KERNEL.backward(grad, q, k, v, out_scale, attn, *ctx.args)
-        d_w = d_w_rows.sum(1) + _prefix_backward(grad, v, out_scale, d_q, d_k, d_v, p)
-        return d_q, d_k, d_v, d_w, None, None, None, None
+def _fused_backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, attn: Tensor, h: int, w: int,
+                    num_prefix_tokens: int, scale: float, kernel_size: int) -> tuple[Tensor, ...]:
+    """:func:`_tensor_backward` by the fused CPU kernel."""
+    p = num_prefix_tokens
+    d_q, d_k, d_v, d_w_rows = CPU_KERNEL.backward(grad, q, k, v, out_scale, attn, p, h, w, scale, kernel_size)
+    return d_q, d_k, d_v, d_w_rows.sum(1) + _prefix_backward(grad, v, out_scale, d_q, d_k, d_v, p)
 
 
 class _Window:
@@ -142,8 +155,10 @@ def _blocks(t: Tensor) -> Iterator[tuple[slice, int, int]]:
             yield slice(i, i + items), y0, min(h, y0 + rows)
 
 
-class _NeighbourhoodAttention(torch.autograd.Function):
-    """Forward and backward of :func:`neighbourhood_attention` on ``(BH, p + H*W, d)`` tokens.
+def _tensor_forward(q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, h: int, w: int, num_prefix_tokens: int,
+                    scale: float, kernel_size: int) -> tuple[Tensor, Tensor]:
+    """:func:`neighbourhood_attention` in tensor operations on ``(BH, p + H*W, d)`` tokens: the
+    output and the attention weights ``(BH, k*k, H, W)``.
 
     With ``a_o(i) = softmax_o(scale q_i.k_(i+o))``, ``Y_i = w sum_o a_o(i) v_(i+o)``,
     upstream gradient ``G`` and ``p_o(i) = G_i.v_(i+o)``:
@@ -151,73 +166,104 @@ class _NeighbourhoodAttention(torch.autograd.Function):
         dw = sum_(i,o) a_o(i) p_o(i),   g_o(i) = w a_o(i) (p_o(i) - sum_o' a_o'(i) p_o'(i)),
         dq_i = scale sum_o g_o(i) k_(i+o),  dk_(i+o) += scale g_o(i) q_i,  dv_(i+o) += w a_o(i) G_i.
     """
+    if q.device.type == 'cpu':
+        warnings.warn('projects.lisa: the fused CPU kernel of the local branch is not built, using tensor '
+                      'operations (slower); build it with `pip install --no-build-isolation -e .`', stacklevel=1)
+    p = num_prefix_tokens
+    r = kernel_size // 2
+    windows = [_Window(dy, dx, h, w) for dy in range(-r, r + 1) for dx in range(-r, r + 1)]
+    centre = len(windows) // 2  # offset (0, 0), inside for every token
+    out = v.new_empty(v.shape)
+    _prefix_forward(v, out_scale, out, p)
+    qg, kg, vg, og = (_grid(t, p, (h, w)) for t in (q, k, v, out))
+    attn = q.new_full((q.shape[0], len(windows), h, w), float('-inf'))
+    for bs, y0, y1 in _blocks(qg):
+        for o, win in enumerate(windows):
+            if (rows := win.rows_in(y0, y1)) is not None:
+                ys, ny = rows
+                attn[bs, o, ys, win.xs] = torch.linalg.vecdot(qg[bs, ys, win.xs], kg[bs, ny, win.nxs])
+        attn[bs, :, y0:y1] = a = (attn[bs, :, y0:y1] * scale).softmax(dim=1)
+        a = a * out_scale[bs, None, None, None]
+        torch.mul(a[:, centre, ..., None], vg[bs, y0:y1], out=og[bs, y0:y1])
+        for o, win in enumerate(windows):
+            if o != centre and (rows := win.rows_in(y0, y1)) is not None:
+                ys, ny = rows
+                og[bs, ys, win.xs].addcmul_(a[:, o, ys.start - y0:ys.stop - y0, win.xs, None],
+                                            vg[bs, ny, win.nxs])
+    return out, attn
 
-    @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, hw_shape: tuple[int, int],
-                num_prefix_tokens: int, scale: float, kernel_size: int) -> Tensor:
-        p, (h, w) = num_prefix_tokens, hw_shape
-        r = kernel_size // 2
-        windows = [_Window(dy, dx, h, w) for dy in range(-r, r + 1) for dx in range(-r, r + 1)]
-        centre = len(windows) // 2  # offset (0, 0), inside for every token
-        out = v.new_empty(v.shape)
-        _prefix_forward(v, out_scale, out, p)
-        qg, kg, vg, og = (_grid(t, p, hw_shape) for t in (q, k, v, out))
-        attn = q.new_full((q.shape[0], len(windows), h, w), float('-inf'))
-        for bs, y0, y1 in _blocks(qg):
-            for o, win in enumerate(windows):
-                if (rows := win.rows_in(y0, y1)) is not None:
-                    ys, ny = rows
-                    attn[bs, o, ys, win.xs] = torch.linalg.vecdot(qg[bs, ys, win.xs], kg[bs, ny, win.nxs])
-            attn[bs, :, y0:y1] = a = (attn[bs, :, y0:y1] * scale).softmax(dim=1)
-            a = a * out_scale[bs, None, None, None]
-            torch.mul(a[:, centre, ..., None], vg[bs, y0:y1], out=og[bs, y0:y1])
-            for o, win in enumerate(windows):
-                if o != centre and (rows := win.rows_in(y0, y1)) is not None:
-                    ys, ny = rows
-                    og[bs, ys, win.xs].addcmul_(a[:, o, ys.start - y0:ys.stop - y0, win.xs, None],
-                                                vg[bs, ny, win.nxs])
-        ctx.save_for_backward(q, k, v, out_scale, attn)
-        ctx.hw_shape, ctx.num_prefix_tokens, ctx.scale, ctx.kernel_size = hw_shape, p, scale, kernel_size
-        return out
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: Tensor):
-        q, k, v, out_scale, attn = ctx.saved_tensors
-        p, (h, w) = ctx.num_prefix_tokens, ctx.hw_shape
-        r = ctx.kernel_size // 2
-        windows = [_Window(dy, dx, h, w) for dy in range(-r, r + 1) for dx in range(-r, r + 1)]
-        centre = len(windows) // 2
-        grad = grad.contiguous()
-        d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        d_w = _prefix_backward(grad, v, out_scale, d_q, d_k, d_v, p)
-        qg, kg, vg, gg, d_qg, d_kg, d_vg = (_grid(t, p, ctx.hw_shape) for t in (q, k, v, grad, d_q, d_k, d_v))
-        # Pass 1: g_o(i) on every query row.
-        g = torch.zeros_like(attn)  # p_o(i) = G_i.v_(i+o); stays zero outside the image, where a = 0
-        for bs, y0, y1 in _blocks(qg):
-            for o, win in enumerate(windows):
-                if (rows := win.rows_in(y0, y1)) is not None:
-                    ys, ny = rows
-                    g[bs, o, ys, win.xs] = torch.linalg.vecdot(gg[bs, ys, win.xs], vg[bs, ny, win.nxs])
-            a, p_o = attn[bs, :, y0:y1], g[bs, :, y0:y1]
-            ap = (a * p_o).sum(dim=1, keepdim=True)
-            d_w[bs] += ap.sum((1, 2, 3))
-            g[bs, :, y0:y1] = a * (p_o - ap) * (out_scale[bs, None, None, None] * ctx.scale)
-        # Pass 2: each block gathers the gradients of its own rows (no zero fill, no scatter).
-        a = attn * out_scale[:, None, None, None]
-        for bs, y0, y1 in _blocks(qg):
-            own = slice(y0, y1)
-            torch.mul(g[bs, centre, own, :, None], kg[bs, own], out=d_qg[bs, own])
-            torch.mul(g[bs, centre, own, :, None], qg[bs, own], out=d_kg[bs, own])
-            torch.mul(a[bs, centre, own, :, None], gg[bs, own], out=d_vg[bs, own])
-            for o, win in enumerate(windows):
-                if o == centre:
-                    continue
-                if (rows := win.rows_in(y0, y1)) is not None:  # query rows in the block
-                    ys, ny = rows
-                    d_qg[bs, ys, win.xs].addcmul_(g[bs, o, ys, win.xs, None], kg[bs, ny, win.nxs])
-                if (rows := win.rows_in(y0, y1, of_neighbours=True)) is not None:  # key rows in the block
-                    ys, ny = rows
-                    d_kg[bs, ny, win.nxs].addcmul_(g[bs, o, ys, win.xs, None], qg[bs, ys, win.xs])
-                    d_vg[bs, ny, win.nxs].addcmul_(a[bs, o, ys, win.xs, None], gg[bs, ys, win.xs])
-        return d_q, d_k, d_v, d_w, None, None, None, None
+def _tensor_backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, attn: Tensor, h: int, w: int,
+                     num_prefix_tokens: int, scale: float, kernel_size: int) -> tuple[Tensor, ...]:
+    """The gradients of :func:`_tensor_forward`'s output with respect to ``q, k, v, out_scale``."""
+    p = num_prefix_tokens
+    r = kernel_size // 2
+    windows = [_Window(dy, dx, h, w) for dy in range(-r, r + 1) for dx in range(-r, r + 1)]
+    centre = len(windows) // 2
+    d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    d_w = _prefix_backward(grad, v, out_scale, d_q, d_k, d_v, p)
+    qg, kg, vg, gg, d_qg, d_kg, d_vg = (_grid(t, p, (h, w)) for t in (q, k, v, grad, d_q, d_k, d_v))
+    # Pass 1: g_o(i) on every query row.
+    g = torch.zeros_like(attn)  # p_o(i) = G_i.v_(i+o); stays zero outside the image, where a = 0
+    for bs, y0, y1 in _blocks(qg):
+        for o, win in enumerate(windows):
+            if (rows := win.rows_in(y0, y1)) is not None:
+                ys, ny = rows
+                g[bs, o, ys, win.xs] = torch.linalg.vecdot(gg[bs, ys, win.xs], vg[bs, ny, win.nxs])
+        a, p_o = attn[bs, :, y0:y1], g[bs, :, y0:y1]
+        ap = (a * p_o).sum(dim=1, keepdim=True)
+        d_w[bs] += ap.sum((1, 2, 3))
+        g[bs, :, y0:y1] = a * (p_o - ap) * (out_scale[bs, None, None, None] * scale)
+    # Pass 2: each block gathers the gradients of its own rows (no zero fill, no scatter).
+    a = attn * out_scale[:, None, None, None]
+    for bs, y0, y1 in _blocks(qg):
+        own = slice(y0, y1)
+        torch.mul(g[bs, centre, own, :, None], kg[bs, own], out=d_qg[bs, own])
+        torch.mul(g[bs, centre, own, :, None], qg[bs, own], out=d_kg[bs, own])
+        torch.mul(a[bs, centre, own, :, None], gg[bs, own], out=d_vg[bs, own])
+        for o, win in enumerate(windows):
+            if o == centre:
+                continue
+            if (rows := win.rows_in(y0, y1)) is not None:  # query rows in the block
+                ys, ny = rows
+                d_qg[bs, ys, win.xs].addcmul_(g[bs, o, ys, win.xs, None], kg[bs, ny, win.nxs])
+            if (rows := win.rows_in(y0, y1, of_neighbours=True)) is not None:  # key rows in the block
+                ys, ny = rows
+                d_kg[bs, ny, win.nxs].addcmul_(g[bs, o, ys, win.xs, None], qg[bs, ys, win.xs])
+                d_vg[bs, ny, win.nxs].addcmul_(a[bs, o, ys, win.xs, None], gg[bs, ys, win.xs])
+    return d_q, d_k, d_v, d_w
+
+
+# The grid as two SymInt scalars, not a list: torch.jit.trace records those as constants.
+_FORWARD_SCHEMA = ('(Tensor q, Tensor k, Tensor v, Tensor out_scale, SymInt h, SymInt w, int num_prefix_tokens, '
+                   'float scale, int kernel_size) -> (Tensor, Tensor)')
+_BACKWARD_SCHEMA = ('(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out_scale, Tensor attn, SymInt h, SymInt w, '
+                    'int num_prefix_tokens, float scale, int kernel_size) -> (Tensor, Tensor, Tensor, Tensor)')
+
+
+def _define(name: str, forward: Callable, backward: Callable, attn_shape: Callable[..., tuple]) -> None:
+    """Register ``lisa::NAME`` (``forward``) and ``lisa::NAME_backward`` as custom ops, with fake
+    implementations (``attn_shape(BH, H, W, k*k)``: the weights' layout) and ``backward`` as autograd."""
+    forward_op = torch.library.custom_op(f'lisa::{name}', forward, mutates_args=(), schema=_FORWARD_SCHEMA)
+    backward_op = torch.library.custom_op(f'lisa::{name}_backward', backward, mutates_args=(), schema=_BACKWARD_SCHEMA)
+
+    @forward_op.register_fake
+    def _(q, k, v, out_scale, h, w, num_prefix_tokens, scale, kernel_size):
+        return torch.empty_like(v), q.new_empty(attn_shape(q.shape[0], h, w, kernel_size ** 2))
+
+    @backward_op.register_fake
+    def _(grad, q, k, v, out_scale, *args):
+        return tuple(torch.empty_like(t) for t in (q, k, v, out_scale))
+
+    def setup_context(ctx, inputs: tuple, output: tuple) -> None:
+        q, k, v, out_scale, *ctx.args = inputs
+        ctx.save_for_backward(q, k, v, out_scale, output[1])
+
+    def backward_of(ctx, grad: Tensor, _: Tensor) -> tuple:
+        return *backward_op(grad.contiguous(), *ctx.saved_tensors, *ctx.args), None, None, None, None, None
+
+    forward_op.register_autograd(backward_of, setup_context=setup_context)
+
+
+_define('neighbourhood_fused', _fused_forward, _fused_backward, lambda bh, h, w, kk: (bh, h, w, kk))
+_define('neighbourhood', _tensor_forward, _tensor_backward, lambda bh, h, w, kk: (bh, kk, h, w))

@@ -19,6 +19,14 @@ fp16/bf16 finite. The stabilising epsilon enters as
     S_ij = q_i.k_j / (sum_l q_i.k_l + eps n max(q_i) max(K)),
 
 scale-free as well; it only matters for an all-zero q_i (ReLU features).
+
+Two implementations. :func:`random_walk_reference` is the definition: Eq. 8
+in a few lines of tensor code, differentiated by autograd. :func:`random_walk`
+is the fast path the models run by default: the same forward with an
+analytic backward, as the registered custom op ``lisa::random_walk`` (so
+``torch.compile`` traces it); the tests hold it to the reference in float64,
+forward and gradients. T = infinity has one implementation,
+:func:`untruncated_walk`, plain tensor code.
 """
 from __future__ import annotations
 
@@ -72,7 +80,7 @@ def random_walk(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) ->
 
     Fixed weights fold into one d x dv matrix; per-token weights read
     ``Q~ [M_1 | ... | M_(T-1)]`` in a single token pass. Backward is analytic
-    (:class:`_RandomWalk`): it keeps ``Q~``, ``K / max(K)``, ``V``, the weights
+    (:func:`_walk_backward`): it keeps ``Q~``, ``K / max(K)``, ``V``, the weights
     and the d x dv matrices, never a token-sized tensor per walk term. Under
     autocast the walk runs in the autocast dtype.
     """
@@ -82,14 +90,28 @@ def random_walk(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) ->
     dtype = compute_dtype(q, k, v)
     weights = weights.reshape((1,) * (4 - weights.dim()) + weights.shape)
     with torch.autocast(q.device.type, enabled=False):
-        out = _RandomWalk.apply(q.to(dtype), k.to(dtype), v.to(dtype), weights.to(dtype), eps)
+        out = torch.ops.lisa.random_walk(q.to(dtype), k.to(dtype), v.to(dtype), weights.to(dtype), eps)[0]
     return out.to(v.dtype)
+
+
+def random_walk_reference(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) -> Tensor:
+    """:func:`random_walk` as its definition, Eq. 8 term by term, differentiated by autograd::
+
+        Y = w_0 V + sum_{t=1}^{T-1} w_t Q~ (K^T Q~)^(t-1) (K^T V)
+    """
+    q_hat, k_bar = transition_factors(q, k, eps)
+    a, m = k_bar.transpose(-2, -1) @ q_hat, k_bar.transpose(-2, -1) @ v
+    out = weights[..., :1] * v
+    for t in range(1, weights.shape[-1]):
+        out = out + weights[..., t:t + 1] * (q_hat @ m)
+        m = a @ m
+    return out
 
 
 def _add_matmul_(out: Tensor, a: Tensor, b: Tensor) -> Tensor:
     """``out += a @ b`` for ``(..., n, m)`` batches, accumulated by the matmul itself
     (``out`` contiguous)."""
-    out.view(-1, *out.shape[-2:]).baddbmm_(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
+    out.flatten(0, -3).baddbmm_(a.flatten(0, -3), b.flatten(0, -3))
     return out
 
 
@@ -99,8 +121,8 @@ def _sum_to(x: Tensor, shape: torch.Size) -> Tensor:
     return x.sum(dims, keepdim=True) if dims else x
 
 
-class _RandomWalk(torch.autograd.Function):
-    """The walk of :func:`random_walk` with an analytic backward.
+def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) -> tuple[Tensor, list[Tensor]]:
+    """The walk of :func:`random_walk`: its output and what :func:`_walk_backward` needs.
 
     Forward, per (batch, head), with ``s = n^-1/2``, ``mq_i = max_c q_ic`` and
     ``mk = max K``:
@@ -115,90 +137,107 @@ class _RandomWalk(torch.autograd.Function):
     on to their argmax is the eps term's, in closed form. Token-sized tensors
     saved: ``q_hat`` and ``k_bar`` beside the inputs ``v`` and the weights.
     """
+    n, d = k.shape[-2:]
+    s = n ** -0.5
+    sd = torch.promote_types(q.dtype, torch.float32)  # per-token scalars: float32 at least
+    mq, arg_q = q.max(dim=-1, keepdim=True)                             # (B, h, n, 1)
+    mk_rows, arg_rows = k.max(dim=-1)
+    mk, arg_n = mk_rows.max(dim=-1, keepdim=True)                       # (B, h, 1)
+    arg_k = arg_n * d + arg_rows.gather(-1, arg_n)                      # flat index into (n, d)
+    mq, mk = mq.to(sd), mk.unsqueeze(-1).to(sd)
+    k_scale = torch.where(mk > 0, s / mk, 0.0)                          # an all-zero K stays zero
+    k_bar = torch.mul(k, k_scale, out=torch.empty_like(k))
+    mu = k_bar.sum(-2, keepdim=True, dtype=sd) * s                      # (B, h, 1, d), <= 1
+    qmu = q.to(sd) @ mu.transpose(-2, -1)                               # (B, h, n, 1)
+    nonzero = mq > 0
+    c = 1 / (n ** 0.5 * (torch.where(nonzero, qmu / mq, 0.0) + eps))
+    q_scale = torch.where(nonzero, c / mq, 0.0)                         # an all-zero q_i stays zero
+    q_hat = torch.mul(q, q_scale, out=torch.empty_like(q))
+    kt = k_bar.transpose(-2, -1)
+    a, m = kt @ q_hat, [kt @ v]
+    for _ in range(weights.shape[-1] - 2):
+        m.append(a @ m[-1])
+    m = torch.stack(m, dim=-3)                                          # (B, h, T-1, d, dv)
+    if weights.shape[-2] == 1:  # the same weights for every token: fold them
+        out = (q_hat @ (weights[..., 0, 1:, None, None] * m).sum(-3)).addcmul_(weights[..., :1], v)
+    else:
+        hops = q_hat @ m.transpose(-3, -2).flatten(-2)                 # (B, h, n, (T-1) dv)
+        out = weights[..., :1] * v
+        for t, hop in enumerate(hops.chunk(m.shape[-3], dim=-1), start=1):
+            out.addcmul_(weights[..., t:t + 1], hop)
+    return out, [q_hat, k_bar, mq, arg_q, mk, arg_k, c, q_scale, k_scale, mu, a, m]
 
-    @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) -> Tensor:
-        n, d = k.shape[-2:]
-        s = n ** -0.5
-        sd = torch.promote_types(q.dtype, torch.float32)  # per-token scalars: float32 at least
-        mq, arg_q = q.max(dim=-1, keepdim=True)                             # (B, h, n, 1)
-        mk_rows, arg_rows = k.max(dim=-1)
-        mk, arg_n = mk_rows.max(dim=-1, keepdim=True)                       # (B, h, 1)
-        arg_k = arg_n * d + arg_rows.gather(-1, arg_n)                      # flat index into (n, d)
-        mq, mk = mq.to(sd), mk.unsqueeze(-1).to(sd)
-        k_scale = torch.where(mk > 0, s / mk, 0.0)                          # an all-zero K stays zero
-        k_bar = torch.mul(k, k_scale, out=torch.empty_like(k))
-        mu = k_bar.sum(-2, keepdim=True, dtype=sd) * s                      # (B, h, 1, d), <= 1
-        qmu = q.to(sd) @ mu.transpose(-2, -1)                               # (B, h, n, 1)
-        nonzero = mq > 0
-        c = 1 / (n ** 0.5 * (torch.where(nonzero, qmu / mq, 0.0) + eps))
-        q_scale = torch.where(nonzero, c / mq, 0.0)                         # an all-zero q_i stays zero
-        q_hat = torch.mul(q, q_scale, out=torch.empty_like(q))
-        kt = k_bar.transpose(-2, -1)
-        a, m = kt @ q_hat, [kt @ v]
-        for _ in range(weights.shape[-1] - 2):
-            m.append(a @ m[-1])
-        m = torch.stack(m, dim=-3)                                          # (B, h, T-1, d, dv)
-        if weights.shape[-2] == 1:  # the same weights for every token: fold them
-            out = (q_hat @ (weights[..., 0, 1:, None, None] * m).sum(-3)).addcmul_(weights[..., :1], v)
-        else:
-            hops = q_hat @ m.transpose(-3, -2).flatten(-2)                 # (B, h, n, (T-1) dv)
-            out = weights[..., :1] * v
-            for t, hop in enumerate(hops.chunk(m.shape[-3], dim=-1), start=1):
-                out.addcmul_(weights[..., t:t + 1], hop)
-        ctx.save_for_backward(q_hat, k_bar, v, weights, mq, arg_q, mk, arg_k, c, q_scale, k_scale, mu, a, m)
-        ctx.eps = eps
-        return out
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: Tensor):
-        q_hat, k_bar, v, weights, mq, arg_q, mk, arg_k, c, q_scale, k_scale, mu, a, m = ctx.saved_tensors
-        n, d = k_bar.shape[-2:]
-        s = n ** -0.5
-        steps = m.shape[-3]  # T - 1
-        # Y = w_0 v + sum_t w_t q_hat M_t  ->  d q_hat, d M_t, d w
-        if weights.shape[-2] == 1:
-            d_m_w = q_hat.transpose(-2, -1) @ grad
-            d_q_hat = grad @ (weights[..., 0, 1:, None, None] * m).sum(-3).transpose(-2, -1)
-            d_m = weights[..., 0, 1:, None, None] * d_m_w.unsqueeze(-3)
-            d_w = torch.cat([(grad * v).sum((-2, -1))[..., None],
-                             (d_m_w.unsqueeze(-3) * m).sum((-2, -1))], dim=-1).unsqueeze(-2)
-        else:
-            proj = grad @ m.transpose(-2, -1).transpose(-3, -2).flatten(-2)  # (B, h, n, (T-1) d)
-            w_grad = grad.new_empty(grad.shape[:-1] + (steps * grad.shape[-1],))
-            d_w = [torch.linalg.vecdot(grad, v)]
-            d_q_hat = None
-            for t, (p, wg) in enumerate(zip(proj.chunk(steps, dim=-1), w_grad.chunk(steps, dim=-1)), start=1):
-                w_t = weights[..., t:t + 1]
-                d_w.append(torch.linalg.vecdot(q_hat, p))
-                d_q_hat = p * w_t if d_q_hat is None else d_q_hat.addcmul_(p, w_t)
-                torch.mul(grad, w_t, out=wg)
-            d_w = torch.stack(d_w, dim=-1)
-            d_m = (q_hat.transpose(-2, -1) @ w_grad).unflatten(-1, (steps, -1)).transpose(-3, -2)
-        d_weights = _sum_to(d_w, weights.shape)
-        # M_(t+1) = A M_t
-        d_a = torch.zeros_like(a)
-        d_m = list(d_m.unbind(-3))
-        for t in range(steps - 1, 0, -1):
-            d_a += d_m[t] @ m[..., t - 1, :, :].transpose(-2, -1)
-            d_m[t - 1] = d_m[t - 1] + a.transpose(-2, -1) @ d_m[t]
-        # A = k_bar^T q_hat, M_1 = k_bar^T v
-        _add_matmul_(d_q_hat, k_bar, d_a)
-        d_v = _add_matmul_(torch.mul(grad, weights[..., :1], out=grad.new_empty(grad.shape)), k_bar, d_m[0])
-        d_k_bar = _add_matmul_(q_hat @ d_a.transpose(-2, -1), v, d_m[0].transpose(-2, -1))
-        # q_hat_i = c_i q_i / mq_i, c_i = s / (q_i.mu / mq_i + eps): with e_i = -(q_hat_i.d_q_hat_i) / s,
-        # d q_i = (c_i / mq_i) (d_q_hat_i + e_i mu), d mu = sum_i e_i q_hat_i, d mq_i = eps c_i e_i / mq_i
-        e = torch.linalg.vecdot(q_hat, d_q_hat).unsqueeze(-1) * (-1 / s)
-        d_mu = (e.transpose(-2, -1) @ q_hat).to(mu.dtype)
-        d_q = torch.mul(d_q_hat.addcmul_(e, mu.to(e.dtype)), q_scale, out=d_q_hat)
-        d_q.scatter_add_(-1, arg_q, (e * c * torch.where(mq > 0, ctx.eps / mq, 0.0)).to(d_q.dtype))
-        # k_bar = k s / mk, mu = s sum_j k_bar_j: sum(d_k_bar * k_bar) from the d x d products
-        d_mk = -torch.where(mk > 0, ((d_a * a).sum((-2, -1), keepdim=True) + (d_m[0] * m[..., 0, :, :]).sum(
-            (-2, -1), keepdim=True) + (d_mu * mu).sum((-2, -1), keepdim=True)) / mk, 0.0)
-        d_k = torch.mul(d_k_bar.add_((d_mu * s).to(d_k_bar.dtype)), k_scale, out=d_k_bar)
-        d_k.view(*d_k.shape[:-2], -1).scatter_add_(-1, arg_k, d_mk.flatten(-2).to(d_k.dtype))
-        return d_q, d_k, d_v, d_weights, None
+def _walk_backward(grad: Tensor, v: Tensor, weights: Tensor, saved: list[Tensor], eps: float) -> list[Tensor]:
+    """Gradients of :func:`_walk_forward`'s output with respect to ``q, k, v, weights``."""
+    q_hat, k_bar, mq, arg_q, mk, arg_k, c, q_scale, k_scale, mu, a, m = saved
+    n, d = k_bar.shape[-2:]
+    s = n ** -0.5
+    steps = m.shape[-3]  # T - 1
+    # Y = w_0 v + sum_t w_t q_hat M_t  ->  d q_hat, d M_t, d w
+    if weights.shape[-2] == 1:
+        d_m_w = q_hat.transpose(-2, -1) @ grad
+        d_q_hat = grad @ (weights[..., 0, 1:, None, None] * m).sum(-3).transpose(-2, -1)
+        d_m = weights[..., 0, 1:, None, None] * d_m_w.unsqueeze(-3)
+        d_w = torch.cat([(grad * v).sum((-2, -1))[..., None],
+                         (d_m_w.unsqueeze(-3) * m).sum((-2, -1))], dim=-1).unsqueeze(-2)
+    else:
+        proj = grad @ m.transpose(-2, -1).transpose(-3, -2).flatten(-2)  # (B, h, n, (T-1) d)
+        w_grad = grad.new_empty(grad.shape[:-1] + (steps * grad.shape[-1],))
+        d_w = [torch.linalg.vecdot(grad, v)]
+        d_q_hat = None
+        for t, (p, wg) in enumerate(zip(proj.chunk(steps, dim=-1), w_grad.chunk(steps, dim=-1)), start=1):
+            w_t = weights[..., t:t + 1]
+            d_w.append(torch.linalg.vecdot(q_hat, p))
+            d_q_hat = p * w_t if d_q_hat is None else d_q_hat.addcmul_(p, w_t)
+            torch.mul(grad, w_t, out=wg)
+        d_w = torch.stack(d_w, dim=-1)
+        d_m = (q_hat.transpose(-2, -1) @ w_grad).unflatten(-1, (steps, -1)).transpose(-3, -2)
+    d_weights = _sum_to(d_w, weights.shape)
+    # M_(t+1) = A M_t
+    d_a = torch.zeros_like(a)
+    d_m = list(d_m.unbind(-3))
+    for t in range(steps - 1, 0, -1):
+        d_a += d_m[t] @ m[..., t - 1, :, :].transpose(-2, -1)
+        d_m[t - 1] = d_m[t - 1] + a.transpose(-2, -1) @ d_m[t]
+    # A = k_bar^T q_hat, M_1 = k_bar^T v
+    _add_matmul_(d_q_hat, k_bar, d_a)
+    d_v = _add_matmul_(torch.mul(grad, weights[..., :1], out=grad.new_empty(grad.shape)), k_bar, d_m[0])
+    d_k_bar = _add_matmul_(q_hat @ d_a.transpose(-2, -1), v, d_m[0].transpose(-2, -1))
+    # q_hat_i = c_i q_i / mq_i, c_i = s / (q_i.mu / mq_i + eps): with e_i = -(q_hat_i.d_q_hat_i) / s,
+    # d q_i = (c_i / mq_i) (d_q_hat_i + e_i mu), d mu = sum_i e_i q_hat_i, d mq_i = eps c_i e_i / mq_i
+    e = torch.linalg.vecdot(q_hat, d_q_hat).unsqueeze(-1) * (-1 / s)
+    d_mu = (e.transpose(-2, -1) @ q_hat).to(mu.dtype)
+    d_q = torch.mul(d_q_hat.addcmul_(e, mu.to(e.dtype)), q_scale, out=d_q_hat)
+    d_q.scatter_add_(-1, arg_q, (e * c * torch.where(mq > 0, eps / mq, 0.0)).to(d_q.dtype))
+    # k_bar = k s / mk, mu = s sum_j k_bar_j: sum(d_k_bar * k_bar) from the d x d products
+    d_mk = -torch.where(mk > 0, ((d_a * a).sum((-2, -1), keepdim=True) + (d_m[0] * m[..., 0, :, :]).sum(
+        (-2, -1), keepdim=True) + (d_mu * mu).sum((-2, -1), keepdim=True)) / mk, 0.0)
+    d_k = torch.mul(d_k_bar.add_((d_mu * s).to(d_k_bar.dtype)), k_scale, out=d_k_bar)
+    d_k.flatten(-2).scatter_add_(-1, arg_k, d_mk.flatten(-2).to(d_k.dtype))
+    return [d_q, d_k, d_v, d_weights]
+
+
+def _setup_context(ctx, inputs: tuple, output: tuple) -> None:
+    _, _, v, weights, eps = inputs
+    ctx.save_for_backward(v, weights, *output[1])
+    ctx.eps = eps
+
+
+def _backward(ctx, grad: Tensor, _: list) -> tuple:
+    v, weights, *saved = ctx.saved_tensors
+    return (*_backward_op(grad, v, weights, saved, ctx.eps), None)
+
+
+# The fast path as custom ops (opaque to torch.compile, with autograd); their fake
+# implementations are the same code, run on fake tensors (every op it uses has one).
+_forward_op = torch.library.custom_op('lisa::random_walk', _walk_forward, mutates_args=(), schema=(
+    '(Tensor q, Tensor k, Tensor v, Tensor weights, float eps) -> (Tensor, Tensor[])'))
+_backward_op = torch.library.custom_op('lisa::random_walk_backward', _walk_backward, mutates_args=(), schema=(
+    '(Tensor grad, Tensor v, Tensor weights, Tensor[] saved, float eps) -> Tensor[]'))
+_forward_op.register_fake(_walk_forward)
+_backward_op.register_fake(_walk_backward)
+_forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def untruncated_walk(q_hat: Tensor, k_bar: Tensor, v: Tensor, beta: float) -> Tensor:

@@ -83,7 +83,7 @@ class ShiftedWindowAttention(nn.Module):
         hp, wp = x.shape[1:3]
         if s:
             x = torch.roll(x, (-s, -s), dims=(1, 2))
-        windows = x.view(b, hp // ws, ws, wp // ws, ws, c).transpose(2, 3).reshape(b, -1, ws * ws, c)
+        windows = x.view(b, hp // ws, ws, wp // ws, ws, c).transpose(2, 3).reshape(b, hp // ws * (wp // ws), ws * ws, c)
         q, k, v = self.qkv(windows).unflatten(-1, (3, self.num_heads, -1)).permute(3, 0, 1, 4, 2, 5)
         mask = self.relative_position_bias_table[self.relative_position_index].permute(2, 0, 1)  # (heads, w^2, w^2)
         if s:

@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from fnmatch import fnmatch
 from typing import ClassVar
 
-import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmcv.cnn.bricks.transformer import FFN
@@ -34,6 +33,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..attention import ATTENTIONS, build_attention, check_attention_type
+from ..attention.base import resize_grid, static_sizes
 from .loading import adapt_state_dict, load_pretrained
 
 
@@ -143,12 +143,11 @@ def nlc_to_nchw(x: Tensor, hw_shape: Sequence[int]) -> Tensor:
 
 
 def resize_grid_tokens(tokens: Tensor, src_hw: Sequence[int], dst_hw: Sequence[int], mode: str) -> Tensor:
-    """Resize ``(1, h*w, C)`` tokens on an ``(h, w)`` grid to ``(1, H*W, C)``."""
-    if tuple(src_hw) == tuple(dst_hw):
+    """Resize ``(1, h*w, C)`` tokens on an ``(h, w)`` grid to ``(1, H*W, C)`` (:func:`resize_grid`)."""
+    if static_sizes(*dst_hw) and tuple(src_hw) == tuple(dst_hw):
         return tokens
-    grid = tokens.reshape(1, *src_hw, -1).permute(0, 3, 1, 2)
-    grid = F.interpolate(grid, size=tuple(dst_hw), mode=mode, align_corners=False)
-    return grid.flatten(2).transpose(1, 2)
+    grid = resize_grid(tokens.reshape(*src_hw, tokens.shape[-1]), tuple(dst_hw), mode)
+    return grid.reshape(1, -1, grid.shape[-1])
 
 
 def freeze(*parts: nn.Module | nn.Parameter | None) -> None:

@@ -176,7 +176,7 @@ class LiSAViT(LiSABackbone):
             return x[:, 0]
         patches = x[:, self.num_prefix_tokens:]
         if self.out_type == 'featmap':
-            return patches.transpose(1, 2).reshape(x.shape[0], -1, *hw_shape)
+            return patches.transpose(1, 2).reshape(x.shape[0], x.shape[-1], *hw_shape)
         return self.ln2(patches.mean(dim=1))
 
 
