@@ -58,18 +58,18 @@ class FFN(nn.Module):
 
 
 class Layer(nn.Module):
-    """Pre-norm layer ``x + attn(ln1(x))``, then ``x + ffn(ln2(x))``."""
+    """Pre-norm layer ``x + attn(norm1(x))``, then ``x + ffn(norm2(x))`` (LiSAViT's block names)."""
 
     def __init__(self, dim: int, num_heads: int, hidden: int, attn_cfg: Mapping, **attn_defaults) -> None:
         super().__init__()
-        self.ln1 = nn.LayerNorm(dim, eps=1e-6)
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
         self.attn = build_attention(attn_cfg, dim, num_heads, **attn_defaults)
-        self.ln2 = nn.LayerNorm(dim, eps=1e-6)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.ffn = FFN(dim, hidden)
 
     def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
-        x = x + self.attn(self.ln1(x), hw_shape)
-        return x + self.ffn(self.ln2(x))
+        x = x + self.attn(self.norm1(x), hw_shape)
+        return x + self.ffn(self.norm2(x))
 
 
 class DeiT(nn.Module):
