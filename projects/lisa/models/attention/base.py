@@ -268,15 +268,14 @@ class KernelAttention(nn.Module):
         raise NotImplementedError
 
     def depthwise(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
-        """Depthwise conv of the grid values; prefix tokens get zero. ``(B, h, N, d)``.
-
-        The conv's input is a fresh NCHW tensor, not a permuted view: inductor
-        (torch 2.14) cannot order a view's symbolic strides when a graph with
-        dynamic shapes saves it for backward.
-        """
+        """Depthwise conv of the grid values; prefix tokens get zero. ``(B, h, N, d)``."""
         b, h, n, d = v.shape
         p = self.num_prefix_tokens
-        grid = v[:, :, p:].reshape(b * h, *hw_shape, d).permute(0, 3, 1, 2).contiguous()
+        grid = v[:, :, p:].reshape(b * h, *hw_shape, d).permute(0, 3, 1, 2)
+        if torch.compiler.is_compiling():
+            # Inductor (torch 2.14) cannot order the symbolic strides of a permuted view that a
+            # graph with dynamic shapes saves for backward; eager keeps the view (no copy).
+            grid = grid.contiguous()
         out = self.dwc(grid).permute(0, 2, 3, 1).reshape(b, h, n - p, d)
         return F.pad(out, (0, 0, p, 0)) if p else out
 

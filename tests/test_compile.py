@@ -1,0 +1,181 @@
+"""torch.compile, torch.jit and torch.export of the attentions and the dense backbones.
+
+Every custom piece of LiSA is a registered custom op (``lisa::*``) with a fake
+implementation and its autograd, so Dynamo traces a layer into one graph
+(``fullgraph=True``) and inductor compiles it for new input sizes. Inductor
+compiles take tens of seconds on the CPU: those tests are marked slow.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from projects.lisa.models.attention import ATTENTIONS, KernelAttention, build_attention
+from projects.lisa.models.backbones import LiSAPVT, LiSASwinTransformer
+
+DIM, HEADS, POS_SHAPE = 16, 2, (4, 4)
+#: Every attention type and LiSA's variants (T = inf, local only, global only).
+ATTENTION_CFGS = {
+    'softmax': dict(type='softmax'),
+    'linear': dict(type='linear'),
+    'linear-dwc': dict(type='linear', dwc=True),
+    'flatten': dict(type='flatten'),
+    'lisa': dict(type='lisa'),
+    'lisa-geometric': dict(type='lisa', step_weights='geometric'),
+    'lisa-inf': dict(type='lisa', num_steps=math.inf, step_weights='geometric'),
+    'lisa-local-only': dict(type='lisa', use_global=False),
+    'lisa-global-only': dict(type='lisa', use_local=False),
+}
+
+
+def attention(cfg: dict, num_prefix_tokens: int = 1) -> nn.Module:
+    kwargs = dict(pos_shape=POS_SHAPE) if issubclass(ATTENTIONS[cfg['type']], KernelAttention) else {}
+    m = build_attention(cfg, DIM, HEADS, num_prefix_tokens=num_prefix_tokens, **kwargs)
+    with torch.no_grad():  # zero-initialised parameters random, so that every path counts
+        for name, p in m.named_parameters():
+            if name in ('scale', 'alpha', 'positional_encoding.weight', 'step_mlp.2.weight'):
+                p.normal_(0, 0.5)
+    return m
+
+
+class Stack(nn.Module):
+    """Layers applied in turn with residuals on one grid: one graph for many attentions."""
+
+    def __init__(self, layers: list[nn.Module]) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x: torch.Tensor, hw_shape: tuple[int, int]) -> torch.Tensor:
+        for layer in self.layers:
+            x = x + layer(x, hw_shape)
+        return x
+
+
+def outputs_and_gradients(model: nn.Module, *inputs: torch.Tensor, **kwargs) -> list[torch.Tensor]:
+    """The outputs (flattened) and the gradients of the first input and every parameter for a
+    fixed random upstream gradient."""
+    x = inputs[0].clone().requires_grad_()
+    out = model(x, *inputs[1:], **kwargs)
+    out = torch.cat([o.flatten() for o in out]) if isinstance(out, (tuple, list)) else out.flatten()
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [out.detach(), *torch.autograd.grad(out, [x, *params], g, allow_unused=True, materialize_grads=True)]
+
+
+def assert_compiled_matches_eager(model: nn.Module, inputs: list[tuple], rtol=1e-4, atol=1e-5, **compile_kwargs):
+    """``torch.compile(model, fullgraph=True, ...)`` on each input (a new size each): outputs and
+    gradients equal to eager ones."""
+    compiled = torch.compile(copy.deepcopy(model), fullgraph=True, **compile_kwargs)
+    for args in inputs:
+        eager = outputs_and_gradients(model, *args)
+        got = outputs_and_gradients(compiled, *args)
+        for a, b in zip(got, eager):
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
+
+
+def tokens(hw_shape, batch=2, num_prefix_tokens=1):
+    return torch.randn(batch, num_prefix_tokens + math.prod(hw_shape), DIM)
+
+
+pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
+
+
+@pytest.mark.parametrize('name', ['lisa', 'lisa-local-only'])
+def test_lisa_layer_traces_into_one_graph_calling_its_custom_ops(name):
+    """Dynamo's graph (no break, ``fullgraph=True``) holds the walk and the local branch as the
+    registered ops, and AOT autograd traces their fake implementations and backward."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)
+
+    torch._dynamo.reset()
+    m = attention(ATTENTION_CFGS[name])
+    assert_compiled_matches_eager(m, [(tokens((5, 3)), (5, 3))], backend=backend, dynamic=False)
+    called = {str(n.target) for g in graphs for n in g.graph.nodes if 'lisa' in str(n.target)}
+    assert called == ({'lisa.neighbourhood_fused'} if name == 'lisa-local-only'
+                      else {'lisa.neighbourhood_fused', 'lisa.random_walk'})
+
+
+@pytest.mark.filterwarnings('ignore:`torch.jit')
+def test_traced_lisa_layer_saves_loads_and_computes_as_eager():
+    """``torch.jit.trace`` records the custom ops by name, so the traced layer can be saved."""
+    m = attention(ATTENTION_CFGS['lisa']).eval()
+
+    class OnGrid(nn.Module):
+        def __init__(self, attn):
+            super().__init__()
+            self.attn = attn
+
+        def forward(self, x):
+            return self.attn(x, (5, 3))
+
+    x = tokens((5, 3))
+    buffer = io.BytesIO()
+    with torch.no_grad():
+        torch.jit.save(torch.jit.trace(OnGrid(m), (x,)), buffer)
+        buffer.seek(0)
+        torch.testing.assert_close(torch.jit.load(buffer)(x), m(x, (5, 3)), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize('name', ['lisa', 'lisa-local-only'])
+def test_exported_lisa_layer_computes_as_eager(name):
+    """``torch.export`` keeps the custom ops in the graph (their fake implementations give the
+    shapes): the exported program computes the layer, not an empty placeholder."""
+    m = attention(ATTENTION_CFGS[name]).eval()
+
+    class OnGrid(nn.Module):
+        def __init__(self, attn):
+            super().__init__()
+            self.attn = attn
+
+        def forward(self, x):
+            return self.attn(x, (5, 3))
+
+    x = tokens((5, 3))
+    program = torch.export.export(OnGrid(m), (x,))
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(x), m(x, (5, 3)), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_flatten_compiles_for_a_second_input_size():
+    """torch 2.14's inductor failed on the second size with ``cannot determine truth value of
+    Relational`` when the depthwise conv's saved input was a permuted view."""
+    torch._dynamo.reset()
+    assert_compiled_matches_eager(attention(ATTENTION_CFGS['flatten']),
+                                  [(tokens((4, 4)), (4, 4)), (tokens((6, 5)), (6, 5))])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('dynamic', [None, True], ids=['default', 'dynamic'])
+def test_every_attention_compiles_with_inductor_for_two_input_sizes(dynamic):
+    torch._dynamo.reset()
+    model = Stack([attention(cfg) for cfg in ATTENTION_CFGS.values()])
+    assert_compiled_matches_eager(model, [(tokens((4, 4)), (4, 4)), (tokens((6, 5)), (6, 5))], dynamic=dynamic)
+
+
+#: Tiny backbones without stochastic depth (compiled and eager code draw different random numbers).
+BACKBONES = {
+    'LiSAPVT': lambda: LiSAPVT(arch=dict(embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1], num_heads=[1, 2, 3, 4],
+                                         mlp_ratios=[2, 2, 2, 2]), pretrain_img_size=64, drop_path_rate=0.0),
+    'LiSASwinTransformer': lambda: LiSASwinTransformer(
+        arch=dict(embed_dims=8, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]), window_size=4, pretrain_img_size=64,
+        drop_path_rate=0.0),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('dynamic', [None, True], ids=['default', 'dynamic'])
+@pytest.mark.parametrize('name', list(BACKBONES))
+def test_backbones_compile_with_inductor_for_two_input_sizes(name, dynamic):
+    torch._dynamo.reset()
+    model = BACKBONES[name]().train()
+    images = [(torch.randn(2, 3, 64, 64),), (torch.randn(2, 3, 96, 64),)]
+    assert_compiled_matches_eager(model, images, dynamic=dynamic)
