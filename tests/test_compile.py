@@ -166,8 +166,8 @@ BACKBONES = {
     'LiSAPVT': lambda: LiSAPVT(arch=dict(embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1], num_heads=[1, 2, 3, 4],
                                          mlp_ratios=[2, 2, 2, 2]), pretrain_img_size=64, drop_path_rate=0.0),
     'LiSASwinTransformer': lambda: LiSASwinTransformer(
-        arch=dict(embed_dims=8, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]), window_size=4, pretrain_img_size=64,
-        drop_path_rate=0.0),
+        arch=dict(embed_dims=8, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]), pretrain_img_size=64, drop_path_rate=0.0,
+        attn_cfgs=[dict(type='lisa')] * 2 + [dict(type='window', window_size=4)] * 2),
 }
 
 
