@@ -258,8 +258,11 @@ def _define(name: str, forward: Callable, backward: Callable, attn_shape: Callab
     def setup_context(ctx, inputs: tuple, output: tuple) -> None:
         q, k, v, out_scale, *ctx.args = inputs
         ctx.save_for_backward(q, k, v, out_scale, output[1])
+        ctx.set_materialize_grads(False)  # no zero gradient for the attention weights
 
     def backward_of(ctx, grad: Tensor, _: Tensor) -> tuple:
+        if grad is None:
+            return (None,) * 9
         return *backward_op(grad.contiguous(), *ctx.saved_tensors, *ctx.args), None, None, None, None, None
 
     forward_op.register_autograd(backward_of, setup_context=setup_context)

@@ -222,9 +222,12 @@ def _setup_context(ctx, inputs: tuple, output: tuple) -> None:
     _, _, v, weights, eps = inputs
     ctx.save_for_backward(v, weights, *output[1])
     ctx.eps = eps
+    ctx.set_materialize_grads(False)  # no zero gradients for the saved outputs
 
 
 def _backward(ctx, grad: Tensor, _: list) -> tuple:
+    if grad is None:
+        return (None,) * 5
     v, weights, *saved = ctx.saved_tensors
     return (*_backward_op(grad, v, weights, saved, ctx.eps), None)
 
