@@ -121,7 +121,9 @@ def test_traced_lisa_layer_saves_loads_and_computes_as_eager():
     with torch.no_grad():
         torch.jit.save(torch.jit.trace(OnGrid(m), (x,)), buffer)
         buffer.seek(0)
-        torch.testing.assert_close(torch.jit.load(buffer)(x), m(x, (5, 3)), rtol=0, atol=0)
+        # float32 tolerance, not bitwise: under tracing the positional encoding is resized by
+        # F.interpolate, in eager by the cached interpolation matrices (equal to rounding, test_positional_resize)
+        torch.testing.assert_close(torch.jit.load(buffer)(x), m(x, (5, 3)))
 
 
 @pytest.mark.parametrize('name', ['lisa', 'lisa-local-only'])
