@@ -128,6 +128,7 @@ MM_PVT_T_FPN = dict(
                neck=dict(in_channels=[64, 128, 320, 512]), decode_head=dict(num_classes=150)))
 
 
+@pytest.mark.slow
 def test_our_softmax_pvt_fpn_counts_like_mmdets_pvt_t(tmp_path):
     """Parameter and FLOP parity of our softmax PVT-T Semantic FPN with mmdet's PVT-T,
     whose 158G at 2048x512 is the paper's figure."""
@@ -181,6 +182,7 @@ def test_get_flops_markdown_reads_the_paper_rows_from_the_counted_figures(tmp_pa
     assert '| a |\n|---|\n\npara one\n' in out.read_text()
 
 
+@pytest.mark.slow
 def test_get_flops_counts_the_walk_of_a_config(capsys):
     from tools.get_flops import main
     main([str(ROOT / 'configs/classification/deit-tiny_lisa_8xb128_in1k.py'), '--shape', '32', '32',

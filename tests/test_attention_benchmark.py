@@ -51,6 +51,7 @@ def test_build_gives_each_method_its_grid_and_class_token():
     assert bench.build('softmax', 1024, 192, 3).num_prefix_tokens == 0
 
 
+@pytest.mark.slow
 def test_benchmark_writes_table_json_and_plot_with_ratios_to_flatten(tmp_path):
     bench.main(['--sizes', '17', '--methods', 'flatten', 'lisa', '--repeats', '1', '--warmup', '0',
                 '--out', str(tmp_path), '--markdown', str(tmp_path / 'docs' / 'operator.md')])

@@ -256,6 +256,7 @@ def large_activations():
         return m, x, hw_shape, m(x, hw_shape)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
 def test_low_precision_autocast_is_finite_and_close_at_65536_tokens(dtype, large_activations):
     """Tolerance: merely storing ``x`` and the weights in ``dtype`` (and computing the rest

@@ -58,6 +58,7 @@ def test_local_branch_matches_dense_masked_softmax(local_branch, hw_shape, num_p
     torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('hw_shape,num_prefix_tokens,kernel_size,d,dv', [
     ((4, 5), 1, 3, 9, 6),
     ((3, 4), 0, 5, 4, 11),

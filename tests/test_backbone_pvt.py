@@ -90,6 +90,7 @@ def test_tiny_with_pvt_softmax_has_exactly_the_parameters_of_mmdet_pvt_t_from_it
         sum(p.numel() for p in layer.parameters()) for layer in reference.layers]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('size', [(224, 224), (160, 96)])
 def test_softmax_model_computes_what_mmdet_pvt_computes_from_the_same_official_checkpoint(tmp_path, size):
     arch = dict(embed_dims=[8, 16, 24, 32], depths=[2, 1, 1, 1], num_heads=[1, 2, 3, 4], mlp_ratios=[2, 2, 2, 2])
@@ -119,6 +120,7 @@ def test_default_is_lisa_in_all_four_stages_without_spatial_reduction():
     assert not any('.sr.' in name for name, _ in model.named_parameters())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', sorted(ATTENTION_CLASSES))
 def test_every_attention_runs_in_every_stage(name):
     model = LiSAPVT(arch=TINY, attn_cfgs=dict(type=name), pretrain_img_size=64)
@@ -184,6 +186,7 @@ def test_stochastic_depth_rises_linearly_over_the_blocks():
     assert [b.ffn.dropout_layer.drop_prob for s in model.stages for b in s.blocks] == rates
 
 
+@pytest.mark.slow
 def test_with_cp_gives_the_same_outputs_and_gradients_in_train_mode(monkeypatch):
     calls = []
     monkeypatch.setattr(base, 'checkpoint', lambda *a, **k: calls.append(1) or torch.utils.checkpoint.checkpoint(
@@ -205,6 +208,7 @@ def test_with_cp_gives_the_same_outputs_and_gradients_in_train_mode(monkeypatch)
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('frozen_stages', [0, 2])
 def test_frozen_stages_get_no_gradient_stay_in_eval_mode_and_do_not_change(frozen_stages):
     model = LiSAPVT(arch=TINY, pretrain_img_size=64, drop_rate=0.1, frozen_stages=frozen_stages)

@@ -111,6 +111,7 @@ def test_window_attention_computes_what_mmseg_shift_window_msa_computes(shift):
     torch.testing.assert_close(ours(x, (9, 11)), reference(x, (9, 11)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('size', [(224, 224), (100, 67)])
 def test_window_model_computes_what_mmseg_swin_computes_from_the_same_official_checkpoint(tmp_path, size):
     from mmdet.models.backbones.swin import swin_converter
@@ -183,6 +184,7 @@ def test_default_is_lisa_over_the_whole_map_in_stages_1_2_and_shifted_7x7_window
         assert [a.shift_size for a in attns] == [0, 3] * (len(attns) // 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', sorted(ATTENTION_CLASSES))
 def test_every_attention_runs_in_every_stage(name):
     model = LiSASwinTransformer(**dict(SMALL_INPUT, attn_cfgs=WINDOW4 if name == 'window' else dict(type=name)))
@@ -211,6 +213,7 @@ def test_stages_take_their_own_attention_and_its_hyper_parameters():
 # ---------------------------------------------------------------- dense-prediction behaviour
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('out_indices', [(0, 1, 2, 3), (3,), (0, 2)])
 def test_outputs_have_the_channels_and_strides_4_8_16_32_of_the_chosen_stages(out_indices):
     model = LiSASwinTransformer(out_indices=out_indices, **SMALL_INPUT)
@@ -237,6 +240,7 @@ def test_stochastic_depth_rises_linearly_over_the_blocks():
     assert rates == pytest.approx(torch.linspace(0, 0.3, 8).tolist())
 
 
+@pytest.mark.slow
 def test_with_cp_gives_the_same_outputs_and_gradients_in_train_mode(monkeypatch):
     calls = []
     monkeypatch.setattr(base, 'checkpoint', lambda *a, **k: calls.append(1) or torch.utils.checkpoint.checkpoint(
@@ -258,6 +262,7 @@ def test_with_cp_gives_the_same_outputs_and_gradients_in_train_mode(monkeypatch)
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('frozen_stages', [0, 2])
 def test_frozen_stages_get_no_gradient_stay_in_eval_mode_and_do_not_change(frozen_stages):
     model = LiSASwinTransformer(drop_rate=0.1, frozen_stages=frozen_stages, **SMALL_INPUT)

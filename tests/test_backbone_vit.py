@@ -62,6 +62,7 @@ def test_softmax_deit_tiny_has_mmpretrain_parameter_count_and_shapes():
     assert {k: v.shape for k, v in converted.items()} == {k: v.shape for k, v in ours.state_dict().items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('img', [224, 160])
 def test_converted_mmpretrain_deit_tiny_gives_same_class_token(img):
     ref = perturbed_mmpretrain_vit(arch='deit-tiny')
@@ -162,6 +163,7 @@ def test_loading_a_checkpoint_of_another_grid_resizes_positional_encodings_bicub
         torch.testing.assert_close(dst[:, 1:], expected.flatten(2).transpose(1, 2))
 
 
+@pytest.mark.slow
 def test_gradient_checkpointing_gives_same_outputs_and_gradients(monkeypatch):
     calls = []
     checkpoint = base.checkpoint

@@ -139,6 +139,7 @@ def test_classification_folder_holds_tables_1_and_5_the_ablations_and_one_demo()
     assert [p.name for p in (CLS / 'demo').glob('*.py')] == [DEMO.name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('path', ALL_CONFIGS, ids=lambda p: p.name)
 def test_config_starts_with_custom_imports_and_reaches_mmpretrain_through_its_scope(path):
     code = [line for line in path.read_text().splitlines() if line and not line.startswith('#')]
@@ -158,6 +159,7 @@ def test_config_starts_with_custom_imports_and_reaches_mmpretrain_through_its_sc
     assert cfg.default_scope == 'mmpretrain' and '://' not in cfg.pretty_text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', TABLE_1)
 def test_table_1_classifier_has_the_attention_of_its_row_and_predicts_1000_classes(name):
     family, arch, size, row = TABLE_1[name]
@@ -243,6 +245,7 @@ HAND_OFF = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', HAND_OFF)
 def test_classifier_backbone_holds_every_tensor_of_its_dense_backbones_at_the_same_shape(name):
     from mmpretrain.registry import MODELS
@@ -410,6 +413,7 @@ def pretrained(tmp_path_factory) -> dict:
     return dict(cwd=cwd, checkpoint=checkpoint, metrics=json.loads(result.read_text()))
 
 
+@pytest.mark.slow
 def test_end_to_end_mim_train_saves_the_classifier_after_the_configured_iterations(pretrained):
     ckpt = torch.load(pretrained['checkpoint'], map_location='cpu')
     assert ckpt['meta']['epoch'] == EPOCHS and ckpt['meta']['iter'] == EPOCHS * DATA['num_train'] // BATCH
@@ -417,6 +421,7 @@ def test_end_to_end_mim_train_saves_the_classifier_after_the_configured_iteratio
     assert ckpt['state_dict']['head.fc.weight'].shape == (len(IMAGENET_CLASSES), 512)
 
 
+@pytest.mark.slow
 def test_end_to_end_mim_test_reports_the_top1_of_mmpretrain_inference_and_top5_of_all_classes(pretrained):
     from mmpretrain.apis import ImageClassificationInferencer
     metrics = pretrained['metrics']
@@ -430,6 +435,7 @@ def test_end_to_end_mim_test_reports_the_top1_of_mmpretrain_inference_and_top5_o
     assert metrics['accuracy/top5'] == 100  # 5 classes: the true one is always among the top 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('config, scope, heads', [
     (SEG, 'mmseg', {'neck', 'decode_head'}),
     (DET, 'mmdet', {'neck', 'rpn_head', 'roi_head'}),

@@ -102,6 +102,7 @@ def test_config_starts_with_custom_imports_and_inherits_an_mm_base_through_its_s
     assert {'../_base_/lisa_runtime.py', f'../_base_/models/{family}.py', '../_base_/no_weight_decay.py'} <= set(chain)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('path', [*ROWS, *DEMOS], ids=[*ids, *(p.name for p in DEMOS)])
 def test_config_needs_no_internet_and_reads_the_mm_data_paths(path):
     cfg = load(path)
@@ -125,6 +126,7 @@ def test_pretrained_backbone_is_the_pretrained_variable_and_a_local_file(path):
     assert cfg.model.get('pretrained') is None  # the mm bases' 'open-mmlab://' / URL weights are gone
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('path', ROWS, ids=ids)
 def test_backbone_has_the_attention_of_its_table_row_and_feeds_the_heads(path):
     scope, family, row = ROWS[path]

@@ -41,6 +41,7 @@ def with_data_root(path: Path, root: Path) -> Config:
     return cfg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('config,dataset,archive', [
     (SEG, 'ade20k', 'ADEChallengeData2016.zip'), (DET, 'coco', 'annotations_trainval2017.zip')])
 def test_missing_dataset_root_says_where_data_is_expected_and_how_to_prepare_it(config, dataset, archive, tmp_path):
@@ -52,6 +53,7 @@ def test_missing_dataset_root_says_where_data_is_expected_and_how_to_prepare_it(
     assert archive in message and f'python tools/generate_data.py {dataset} --out data' in message
 
 
+@pytest.mark.slow
 def test_missing_split_folder_is_named_even_when_the_root_exists(tmp_path):
     generate('ade20k', tmp_path, num_train=2, num_val=1, size=32, seed=0)
     root = tmp_path / 'ade' / 'ADEChallengeData2016'
@@ -62,6 +64,7 @@ def test_missing_split_folder_is_named_even_when_the_root_exists(tmp_path):
         check_data_roots(cfg, ('train_dataloader', 'val_dataloader'))
 
 
+@pytest.mark.slow
 def test_train_tool_stops_before_building_anything_when_data_is_missing(tmp_path):
     env = {**os.environ, 'PYTHONPATH': str(ROOT)}
     proc = subprocess.run([sys.executable, str(ROOT / 'tools/train.py'), str(SEG), '--work-dir', str(tmp_path / 'w')],
@@ -88,6 +91,7 @@ def first_batch(cfg: Config, loader: str = 'train_dataloader'):
         return next(iter(Runner.build_dataloader(loader_cfg, seed=0)))
 
 
+@pytest.mark.slow
 def test_intact_data_loads_through_the_checking_runner(ade20k):
     batch = first_batch(with_data_root(SEG_DEMO, ade20k))
     assert len(batch['inputs']) == 3
@@ -99,6 +103,7 @@ def test_intact_data_loads_through_the_checking_runner(ade20k):
 
 
 # A truncated JPEG is not in the list: OpenCV decodes what is there (grey below), as it does in mmcv.
+@pytest.mark.slow
 @pytest.mark.parametrize('folder,suffix,damage', [
     ('annotations', '.png', 'garbage'), ('annotations', '.png', 'truncated'), ('images', '.jpg', 'garbage')])
 def test_corrupt_image_or_label_map_error_names_the_file(ade20k, folder, suffix, damage):

@@ -86,6 +86,7 @@ def seg_batch() -> dict:
     return dict(inputs=inputs, data_samples=samples)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', SNIPPETS)
 def test_lisa_backbone_trains_inside_another_mm_architecture(name):
     model = build(name)
@@ -106,6 +107,7 @@ def test_lisa_backbone_trains_inside_another_mm_architecture(name):
     assert all(g is not None and torch.isfinite(g).all() and g.abs().sum() > 0 for g in grads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', SNIPPETS)
 def test_lisa_backbone_predicts_inside_another_mm_architecture(name):
     model = build(name).eval()

@@ -136,12 +136,14 @@ def majority_metric(data_root: Path) -> dict[str, float]:
     return metric.compute_metrics(metric.results)
 
 
+@pytest.mark.slow
 def test_demo_baseline_is_mmseg_iou_metric_of_the_majority_class_prediction(workspace):
     root = workspace / 'data/synthetic/ade/ADEChallengeData2016'
     expected = majority_metric(root)
     assert demo.majority_class_baseline(root) == pytest.approx({k: expected[k] for k in ('mIoU', 'mAcc')}, abs=0.01)
 
 
+@pytest.mark.slow
 def test_short_cpu_training_learns_far_beyond_the_majority_class(trained, workspace):
     result = metrics(trained / 'test')
     baseline = majority_metric(workspace / 'data/synthetic/ade/ADEChallengeData2016')
@@ -149,6 +151,7 @@ def test_short_cpu_training_learns_far_beyond_the_majority_class(trained, worksp
     assert result['mAcc'] > 2 * baseline['mAcc']
 
 
+@pytest.mark.slow
 def test_two_process_test_reports_the_single_process_metrics(trained, workspace):
     checkpoint = trained / f'iter_{TRAIN_ITERS}.pth'
     text = run(['bash', str(ROOT / 'tools/dist_test.sh'), str(SEG_DEMO), str(checkpoint), '2',
@@ -161,6 +164,7 @@ def test_two_process_test_reports_the_single_process_metrics(trained, workspace)
     assert dist['mAcc'] == pytest.approx(single['mAcc'], abs=1e-4)
 
 
+@pytest.mark.slow
 def test_two_processes_train_like_one_process_with_the_same_total_batch(workspace):
     iters = 6
     one = deterministic_config(workspace, 'one_process', batch=4, iters=iters, ckpt=iters)
@@ -178,6 +182,7 @@ def test_two_processes_train_like_one_process_with_the_same_total_batch(workspac
     assert any(abs(ranks[0][i] - ranks[1][i]) > 0.01 for i in single), 'the ranks must see different images'
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_its_last_checkpoint_at_the_same_iteration(workspace):
     config = deterministic_config(workspace, 'resumable', batch=4, iters=12, ckpt=4)
     work = workspace / 'work_dirs/resumable'

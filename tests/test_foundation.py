@@ -23,6 +23,7 @@ def test_every_lisa_backbone_is_registered_in_each_library(scope):
         assert registry.get(name) is getattr(backbones, name)
 
 
+@pytest.mark.slow
 def test_custom_imports_in_a_config_registers_lisa(tmp_path):
     # A fresh interpreter that never imported projects.lisa: the config's
     # custom_imports alone must make the LiSA names resolvable.
@@ -40,6 +41,7 @@ def test_custom_imports_in_a_config_registers_lisa(tmp_path):
     assert 'resolved' in out.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('scope', SCOPES)
 def test_mim_in_the_venv_runs_the_library_training_script(scope):
     # `mim run SCOPE train` executes SCOPE/.mim/tools/train.py (the script `mim train`

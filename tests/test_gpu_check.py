@@ -29,8 +29,8 @@ def test_torch_only_deit_is_lisavit_layer_for_layer():
 
     torch.manual_seed(0)
     for cfg in (dict(type='lisa', num_steps=3), dict(type='softmax')):
-        vit = LiSAViT(arch=dict(embed_dims=24, num_layers=2, num_heads=3, feedforward_channels=48), pretrain_img_size=40,
-                      patch_size=8, attn_cfgs=cfg, drop_path_rate=0.0).eval()
+        vit = LiSAViT(arch=dict(embed_dims=24, num_layers=2, num_heads=3, feedforward_channels=48),
+                      pretrain_img_size=40, patch_size=8, attn_cfgs=cfg, drop_path_rate=0.0).eval()
         vit.init_weights()
         deit = DeiT(cfg, img_size=40, patch_size=8, embed_dims=24, num_layers=2, num_heads=3, mlp_ratio=2).eval()
         assert deit.state_dict().keys() == vit.state_dict().keys()
