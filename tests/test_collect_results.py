@@ -27,16 +27,23 @@ TOOL = ROOT / 'tools' / 'collect_results.py'
 MODELS = {'deit-tiny': 'DeiT-T', 'deit-small': 'DeiT-S', 'pvt-tiny': 'PVT-T', 'pvt-small': 'PVT-S',
           'swin-tiny': 'Swin-T'}
 ATTENTIONS = {'softmax': 'softmax', 'flatten': 'FLatten', 'lisa': 'LiSA'}
+TABLE_5_NAMES = {'angular': 'linear angular', 'linear': 'linear'}  # Table 5's rows beyond Table 1's attentions
 
 
 def expected_rows(path: Path) -> set[tuple[str, str]]:
-    """The (table, row) of a Table 1 / 3 / 4 config, read off its name's fields."""
+    """The (table, row) of a Table 1 / 2 / 3 / 4 / 5 config, read off its name's fields."""
     fields = path.stem.split('_')
+    if 'biformer' in path.stem:  # Table 2: biformer-{size}_{bra,lisa}, fpn_{,lisa-}biformer-s
+        name = 'LiSA' if 'lisa' in fields[:2] or fields[1].startswith('lisa-') else 'BiFormer'
+        if path.parent.name == 'segmentation':
+            return {('Table 2', f'BiFormer-S Semantic FPN ADE20K / {name}')}
+        return {('Table 2', f'BiFormer-{fields[0].split("-")[1][0].upper()} / {name}')}
     if path.parent.name == 'classification':
         model, attention, _, data = fields
         size = '384' if data.endswith('384px') else '224'
-        rows = {('Table 1', f'{MODELS[model]} {size} / {ATTENTIONS[attention]}')}
-        return rows | ({('Table 5', f'DeiT-S / {ATTENTIONS[attention]}')} if model == 'deit-small' else set())
+        table_5 = {('Table 5', f'DeiT-S / {TABLE_5_NAMES.get(attention, ATTENTIONS.get(attention))}')}
+        rows = {('Table 1', f'{MODELS[model]} {size} / {ATTENTIONS[attention]}')} if attention in ATTENTIONS else set()
+        return rows | (table_5 if model == 'deit-small' else set())
     backbone = fields[1].split('-', 1)[-1] if fields[1].startswith(('lisa-', 'flatten-')) else fields[1]
     attention = fields[1].split('-')[0]
     base = {'pvt-t': 'PVT-T', 'swin-t': 'Swin-T'}[backbone]
