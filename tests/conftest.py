@@ -12,3 +12,12 @@ def seed_and_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def mmpretrain_scope():
+    """mmpretrain as MMEngine's default scope for the test: the scope is global, and a test that
+    builds an mmpretrain model must not resolve it in whatever scope an earlier test left current."""
+    from mmengine.registry import DefaultScope
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        yield

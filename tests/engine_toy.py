@@ -15,6 +15,18 @@ from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, MODELS
 from torch.utils.data import Dataset
 
+#: The dense demo configs start from the demo's pretrained classifier (tools/demo.py writes it); the
+#: engine tests run them on their own, from scratch.
+FROM_SCRATCH = 'model.backbone.init_cfg=None'
+
+
+def from_scratch(args: list[str]) -> list[str]:
+    """Tool arguments with ``--cfg-options`` (one list: a second flag would replace it) holding FROM_SCRATCH."""
+    if '--cfg-options' not in args:
+        return [*args, '--cfg-options', FROM_SCRATCH]
+    i = args.index('--cfg-options') + 1
+    return [*args[:i], FROM_SCRATCH, *args[i:]]
+
 
 @DATASETS.register_module()
 class ToyRegressionDataset(Dataset):

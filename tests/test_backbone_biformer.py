@@ -309,7 +309,7 @@ def test_builds_by_type_name_from_each_registry(scope):
     assert type(model) is LiSABiFormer and model.out_indices == (1, 3)
 
 
-def test_mmpretrain_classifier_checkpoint_loads_back_exactly_with_the_backbone_prefix(tmp_path):
+def test_mmpretrain_classifier_checkpoint_loads_back_exactly_with_the_backbone_prefix(tmp_path, mmpretrain_scope):
     model = randomise(classifier(SMALL, SMALL_BRA, num_classes=5)).float()
     torch.save({'state_dict': model.state_dict(), 'meta': {'epoch': 1}}, tmp_path / 'cls.pth')
     init_cfg = dict(type='Pretrained', checkpoint=str(tmp_path / 'cls.pth'), prefix='backbone.')

@@ -244,7 +244,7 @@ def test_builds_by_type_name_from_each_registry(scope):
 # ---------------------------------------------------------------- pretrained weights
 
 
-def test_mmpretrain_classifier_checkpoint_loads_back_exactly_with_the_backbone_prefix(tmp_path):
+def test_mmpretrain_classifier_checkpoint_loads_back_exactly_with_the_backbone_prefix(tmp_path, mmpretrain_scope):
     import mmpretrain.models  # noqa: F401  (registers ImageClassifier)
     from mmpretrain.registry import MODELS
     backbone = dict(type='LiSAPVT', arch=TINY, pretrain_img_size=64)

@@ -258,7 +258,7 @@ def test_import_registers_lisavit_in_every_mm_registry():
     assert mmdet.registry.MODELS.get('LiSAViT') is LiSAViT
 
 
-def test_mmpretrain_image_classifier_trains_and_predicts_with_lisavit():
+def test_mmpretrain_image_classifier_trains_and_predicts_with_lisavit(mmpretrain_scope):
     torch.manual_seed(0)
     model = MODELS.build(dict(
         type='ImageClassifier',

@@ -180,4 +180,6 @@ def test_backbones_compile_with_inductor_for_two_input_sizes(name, dynamic):
     torch._dynamo.reset()
     model = BACKBONES[name]().train()
     images = [(torch.randn(2, 3, 64, 64),), (torch.randn(2, 3, 96, 64),)]
-    assert_compiled_matches_eager(model, images, dynamic=dynamic)
+    # float32 through four stages and their backward: inductor's fused reductions sum in another order
+    # (seen: 1.6e-5 absolute on a parameter gradient), so a whole backbone gets 10x the layer tolerance
+    assert_compiled_matches_eager(model, images, rtol=1e-3, atol=1e-4, dynamic=dynamic)

@@ -37,6 +37,7 @@ def with_data_root(path: Path, root: Path) -> Config:
     if coco:
         for evaluator in ('val_evaluator', 'test_evaluator'):
             cfg[evaluator].ann_file = root + 'annotations/instances_val2017.json'
+    cfg.model.backbone.init_cfg = None  # from scratch: the demo's pretrained classifier is tools/demo.py's
     init_default_scope(cfg.default_scope)
     return cfg
 

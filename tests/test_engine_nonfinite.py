@@ -107,8 +107,8 @@ def test_metric_from_nonfinite_predictions_fails_naming_the_sample():
 
 def run_tool(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
     from test_downstream_training import environment
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=environment(), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, *engine_toy.from_scratch(args)], cwd=cwd, env=environment(),
+                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope='module')

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from engine_toy import from_scratch
 
 ROOT = Path(__file__).resolve().parents[1]
 SEG_DEMO = ROOT / 'configs/segmentation/demo/fpn_lisa-pvt-t_1xb4-150iter_synthetic-ade20k-96x96.py'
@@ -34,7 +35,7 @@ def dry_run(workspace: Path, config: Path, *options: str) -> tuple[subprocess.Co
     from test_downstream_training import environment
     start = time.monotonic()
     proc = subprocess.run([sys.executable, str(ROOT / 'tools/train.py'), str(config), '--dry-run',
-                           '--work-dir', str(workspace / 'work_dirs' / config.stem), *options],
+                           '--work-dir', str(workspace / 'work_dirs' / config.stem), *from_scratch(list(options))],
                           cwd=workspace, env=environment(), capture_output=True, text=True, timeout=300)
     return proc, time.monotonic() - start
 

@@ -97,7 +97,7 @@ def test_killed_and_resumed_demo_run_ends_bitwise_equal_to_the_uninterrupted_run
     launch = ([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port',
                environment()['PORT']] if processes == 2 else [sys.executable])
     extra = ['--launcher', 'pytorch'] if processes == 2 else []
-    options = ['--cfg-options', *ITERS, f'train_dataloader.batch_size={4 // processes}']
+    options = ['--cfg-options', engine_toy.FROM_SCRATCH, *ITERS, f'train_dataloader.batch_size={4 // processes}']
     straight, killed = seg_workspace / f'straight{processes}', seg_workspace / f'killed{processes}'
     proc = subprocess.run([*launch, str(ROOT / 'tools/train.py'), str(SEG_DEMO), '--work-dir', str(straight),
                            *extra, *options], cwd=seg_workspace, env=environment(), capture_output=True, text=True,
