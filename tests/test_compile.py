@@ -176,6 +176,9 @@ BACKBONES = {
 @pytest.mark.slow
 @pytest.mark.parametrize('dynamic', [None, True], ids=['default', 'dynamic'])
 @pytest.mark.parametrize('name', list(BACKBONES))
+@pytest.mark.xfail(raises=torch._inductor.exc.InductorError, strict=True,
+                   reason='open defect (#16): inductor cannot compile the second input size of a whole backbone, '
+                          "'cannot determine truth value of Relational: 128*((s53//4)) < 1'")
 def test_backbones_compile_with_inductor_for_two_input_sizes(name, dynamic):
     torch._dynamo.reset()
     model = BACKBONES[name]().train()
