@@ -87,6 +87,14 @@ def check_tokens(x: Tensor, hw_shape: Sequence[int], num_prefix_tokens: int) -> 
             f'with {num_prefix_tokens} prefix tokens (expected {num_prefix_tokens + h * w})')
 
 
+def pad_grid(x: Tensor, hw_shape: Sequence[int], multiple: int) -> Tensor:
+    """Grid tokens ``(B, H*W, C)`` (no prefix tokens) as a ``(B, Hp, Wp, C)`` map, zero-padded at the
+    bottom/right so that ``Hp`` and ``Wp`` are multiples of ``multiple`` (window and region attentions)."""
+    check_tokens(x, hw_shape, 0)
+    h, w = hw_shape
+    return F.pad(x.view(x.shape[0], h, w, x.shape[-1]), (0, 0, 0, -w % multiple, 0, -h % multiple))
+
+
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
     """``(B, N, h*d) -> (B, h, N, d)``."""
     b, n, c = x.shape

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import check_heads, check_tokens, merge_heads, register_attention, split_heads
+from .base import check_heads, check_tokens, merge_heads, pad_grid, register_attention, split_heads
 
 
 def _check_odd(name: str, value: int) -> None:
@@ -110,11 +110,10 @@ class BiLevelRoutingAttention(nn.Module):
             return logits.topk(self.topk, dim=-1).indices
 
     def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
-        check_tokens(x, hw_shape, 0)
         b, n, c = x.shape
         h, w = hw_shape
         s, heads = self.n_win, self.num_heads
-        x = F.pad(x.view(b, h, w, c), (0, 0, 0, -w % s, 0, -h % s))
+        x = pad_grid(x, hw_shape, s)
         hp, wp = x.shape[1:3]
         rh, rw = hp // s, wp // s
         q, k, v = self.qkv(x).split([self.qk_dim, self.qk_dim, c], dim=-1)  # (B, Hp, Wp, .)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import check_heads, check_tokens, register_attention
+from .base import check_heads, pad_grid, register_attention
 
 
 @register_attention('window')
@@ -75,11 +75,10 @@ class ShiftedWindowAttention(nn.Module):
         return (region[:, None, :] != region[:, :, None]).float() * -100.0
 
     def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
-        check_tokens(x, hw_shape, 0)
         b, n, c = x.shape
         h, w = hw_shape
         ws, s = self.window_size, self.shift_size
-        x = F.pad(x.view(b, h, w, c), (0, 0, 0, -w % ws, 0, -h % ws))
+        x = pad_grid(x, hw_shape, ws)
         hp, wp = x.shape[1:3]
         if s:
             x = torch.roll(x, (-s, -s), dims=(1, 2))

@@ -196,6 +196,7 @@ class LiSABackbone(BaseModule):
 
     arch_zoo: ClassVar[dict[str, dict]] = {}
     arch_keys: ClassVar[tuple[str, ...]] = ()
+    stage_keys: ClassVar[tuple[str, ...]] = ()  # the arch keys that hold one entry per stage
     embeddings: ClassVar[tuple[str, ...]] = ()
     conv_fan_out: ClassVar[bool] = False
 
@@ -206,6 +207,11 @@ class LiSABackbone(BaseModule):
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = self.resolve_arch(arch)
         self._register_load_state_dict_pre_hook(self._adapt_loaded_state_dict)
+
+    @property
+    def num_stages(self) -> int:
+        """The common length of the arch's per-stage lists (:attr:`stage_keys`), or raise."""
+        return num_stages_of(self.arch_settings, self.stage_keys)
 
     @classmethod
     def resolve_arch(cls, arch: str | Mapping) -> dict:

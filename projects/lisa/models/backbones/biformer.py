@@ -29,7 +29,7 @@ import torch
 from mmcv.cnn import build_norm_layer
 from torch import Tensor, nn
 
-from .base import LiSABackbone, TransformerBlock, build_blocks, nlc_to_nchw, num_stages_of, to_pair
+from .base import LiSABackbone, TransformerBlock, build_blocks, nlc_to_nchw, to_pair
 
 #: BiFormer: BRA with 7 x 7 regions and top-k 1, 4, 16; global attention with LePE in stage 4.
 BRA_ATTN_CFGS = [dict(type='bra', n_win=7, topk=k) for k in (1, 4, 16)] + [dict(type='lepe', qkv_bias=False)]
@@ -114,7 +114,7 @@ class LiSABiFormer(LiSABackbone):
         **dict.fromkeys(['b', 'base'], dict(embed_dims=[96, 192, 384, 768], depths=[4, 4, 18, 4],
                                             num_heads=[3, 6, 12, 8], mlp_ratios=[3, 3, 3, 3])),
     }  # yapf: disable
-    arch_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratios')
+    arch_keys = stage_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratios')
 
     def __init__(
         self,
@@ -136,8 +136,7 @@ class LiSABiFormer(LiSABackbone):
         init_cfg: dict | None = None,
     ) -> None:
         super().__init__(arch, init_cfg)
-        settings = self.arch_settings
-        num_stages = num_stages_of(settings, self.arch_keys)
+        settings, num_stages = self.arch_settings, self.num_stages
         attn_cfgs = self.check_stage_args(num_stages, out_indices, frozen_stages, attn_cfgs)
         dims, depths = settings['embed_dims'], settings['depths']
 

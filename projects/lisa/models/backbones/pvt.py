@@ -19,7 +19,7 @@ import torch
 from mmcv.cnn.bricks.transformer import PatchEmbed
 from torch import Tensor, nn
 
-from .base import LiSABackbone, build_blocks, nlc_to_nchw, num_stages_of, resize_grid_tokens, to_pair
+from .base import LiSABackbone, build_blocks, nlc_to_nchw, resize_grid_tokens, to_pair
 
 
 class PVTStage(nn.Module):
@@ -91,7 +91,7 @@ class LiSAPVT(LiSABackbone):
         **dict.fromkeys(['l', 'large'], dict(embed_dims=[64, 128, 320, 512], depths=[3, 8, 27, 3],
                                              num_heads=[1, 2, 5, 8], mlp_ratios=[8, 8, 4, 4])),
     }
-    arch_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratios')
+    arch_keys = stage_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratios')
     embeddings = ('stages.*.pos_embed',)
     conv_fan_out = True
 
@@ -114,8 +114,7 @@ class LiSAPVT(LiSABackbone):
         init_cfg: dict | None = None,
     ) -> None:
         super().__init__(arch, init_cfg)
-        settings = self.arch_settings
-        num_stages = num_stages_of(settings, self.arch_keys)
+        settings, num_stages = self.arch_settings, self.num_stages
         if len(patch_sizes) != num_stages:
             raise ValueError(f'patch_sizes={tuple(patch_sizes)} needs one entry per stage ({num_stages})')
         attn_cfgs = self.check_stage_args(num_stages, out_indices, frozen_stages, attn_cfgs)

@@ -20,7 +20,7 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
 from torch import Tensor, nn
 
-from .base import LiSABackbone, build_blocks, nlc_to_nchw, num_stages_of, to_pair
+from .base import LiSABackbone, build_blocks, nlc_to_nchw, to_pair
 
 
 class SwinStage(nn.Module):
@@ -81,6 +81,7 @@ class LiSASwinTransformer(LiSABackbone):
         **dict.fromkeys(['b', 'base'], dict(embed_dims=128, depths=[2, 2, 18, 2], num_heads=[4, 8, 16, 32])),
     }
     arch_keys = ('embed_dims', 'depths', 'num_heads')
+    stage_keys = ('depths', 'num_heads')
 
     def __init__(
         self,
@@ -105,7 +106,7 @@ class LiSASwinTransformer(LiSABackbone):
     ) -> None:
         super().__init__(arch, init_cfg)
         depths, num_heads = self.arch_settings['depths'], self.arch_settings['num_heads']
-        num_stages = num_stages_of(self.arch_settings, ('depths', 'num_heads'))
+        num_stages = self.num_stages
         attn_cfgs = self.check_stage_args(num_stages, out_indices, frozen_stages, attn_cfgs)
         self.num_features = [self.arch_settings['embed_dims'] * 2 ** i for i in range(num_stages)]
         patch_norm_cfg = norm_cfg if patch_norm else None
