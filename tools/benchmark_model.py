@@ -286,10 +286,10 @@ def main(argv=None) -> None:
     device = torch.device(args.device)
     if device.type == 'cpu' and not args.glibc_malloc:
         keep_freed_memory()
-    if args.dense:
-        dense_main(args, device)
-        return
     device_name = torch.cuda.get_device_name(device) if device.type == 'cuda' else f'CPU, {args.threads} threads'
+    if args.dense:
+        dense_main(args, device, device_name)
+        return
     title = (f'DeiT-T, batch 1; {device_name}; torch {torch.__version__}; '
              f'median of up to {args.repeats} runs after {args.warmup} warm-up (the memory run first); '
              f'LiSA local branch: {local.implementation(device.type)}')
@@ -310,8 +310,7 @@ def main(argv=None) -> None:
     print(f'saved {args.out}/benchmark_model.{{png,json,md}}')
 
 
-def dense_main(args, device: torch.device) -> None:
-    device_name = torch.cuda.get_device_name(device) if device.type == 'cuda' else f'CPU, {args.threads} threads'
+def dense_main(args, device: torch.device, device_name: str) -> None:
     title = (f'Dense models, random weights, training batch {args.batch}; {device_name}; torch {torch.__version__}; '
              f'median of up to {args.repeats} runs after {args.warmup} warm-up, models taking turns; '
              f'LiSA local branch: {local.implementation(device.type)}; load {os.getloadavg()[0]:.2f}')
