@@ -95,6 +95,19 @@ def pad_grid(x: Tensor, hw_shape: Sequence[int], multiple: int) -> Tensor:
     return F.pad(x.view(x.shape[0], h, w, x.shape[-1]), (0, 0, 0, -w % multiple, 0, -h % multiple))
 
 
+def partition(x: Tensor, rows: int, cols: int) -> Tensor:
+    """A ``(B, Hp, Wp, C)`` map as ``(B, Hp/rows * Wp/cols, rows * cols, C)`` blocks of ``rows x cols``
+    tokens (windows, regions), blocks and the tokens inside each in row-major order."""
+    b, hp, wp, c = x.shape
+    return x.view(b, hp // rows, rows, wp // cols, cols, c).transpose(2, 3).reshape(b, -1, rows * cols, c)
+
+
+def merge_partitions(x: Tensor, hp: int, wp: int, rows: int, cols: int) -> Tensor:
+    """The inverse of :func:`partition`: ``(B, nBlocks, rows * cols, C)`` back to the ``(B, Hp, Wp, C)`` map."""
+    b, c = x.shape[0], x.shape[-1]
+    return x.view(b, hp // rows, wp // cols, rows, cols, c).transpose(2, 3).reshape(b, hp, wp, c)
+
+
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
     """``(B, N, h*d) -> (B, h, N, d)``."""
     b, n, c = x.shape

@@ -17,7 +17,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import check_heads, check_tokens, merge_heads, pad_grid, register_attention, split_heads
+from .base import (
+    check_heads,
+    check_tokens,
+    merge_heads,
+    merge_partitions,
+    pad_grid,
+    partition,
+    register_attention,
+    split_heads,
+)
 
 
 def _check_odd(name: str, value: int) -> None:
@@ -119,10 +128,7 @@ class BiLevelRoutingAttention(nn.Module):
         q, k, v = self.qkv(x).split([self.qk_dim, self.qk_dim, c], dim=-1)  # (B, Hp, Wp, .)
         lce = _grid_conv(self.lce, v)                                        # (B, Hp, Wp, C)
 
-        def regions(t: Tensor) -> Tensor:  # (B, Hp, Wp, D) -> (B, S^2, r, D), row-major inside a region
-            return t.reshape(b, s, rh, s, rw, -1).transpose(2, 3).reshape(b, s * s, rh * rw, -1)
-
-        q, k, v = regions(q), regions(k), regions(v)
+        q, k, v = (partition(t, rh, rw) for t in (q, k, v))                      # (B, S^2, r, .)
         index = self.route(q, k)                                             # (B, S^2, topk)
         batch = torch.arange(b, device=x.device)[:, None, None]
         k_sel = k[batch, index].flatten(2, 3)                                # (B, S^2, topk * r, qk_dim)
@@ -134,7 +140,7 @@ class BiLevelRoutingAttention(nn.Module):
         out = F.scaled_dot_product_attention(                               # (B * S^2, h, r, C / h)
             per_head(q), per_head(k_sel), per_head(v_sel), dropout_p=self.attn_drop if self.training else 0.0,
             scale=self.scale)
-        out = merge_heads(out).view(b, s, s, rh, rw, c).transpose(2, 3).reshape(b, hp, wp, c)
+        out = merge_partitions(merge_heads(out).view(b, s * s, rh * rw, c), hp, wp, rh, rw)
         out = self.proj_drop(self.proj(out + lce))
         return out[:, :h, :w].reshape(b, n, c)
 
