@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from projects.lisa.models.attention import build_attention, local
@@ -23,21 +24,24 @@ VARIANTS = {
     'lisa-T-inf': dict(type='lisa', num_steps=math.inf, step_weights='geometric'),
     'lisa-local-only': dict(type='lisa', use_global=False),
     'lisa-global-only': dict(type='lisa', use_local=False),
+    'window': dict(type='window', window_size=3, shift=False),
+    'window-shifted': dict(type='window', window_size=3, shift=True),
 }
 
 
 class OnGrid(nn.Module):
-    """An attention on the grid of an image (1x1 conv to 16 channels, a class token in front): the exported unit."""
+    """An attention on the grid of an image (1x1 conv to 16 channels, a class token in front unless the
+    attention covers grid tokens only): the exported unit."""
 
     output_names = ('out', )
 
     def __init__(self, cfg: dict) -> None:
         super().__init__()
         torch.manual_seed(0)
-        extra = dict(pos_shape=(4, 6)) if cfg['type'] != 'softmax' else {}
+        extra = dict(pos_shape=(4, 6)) if cfg['type'] not in ('softmax', 'window') else {}
         self.embed = nn.Conv2d(3, 16, 1)
-        self.cls = nn.Parameter(torch.randn(1, 1, 16))
-        self.attn = build_attention(cfg, 16, 2, num_prefix_tokens=1, **extra)
+        self.cls = nn.Parameter(torch.randn(1, int(cfg['type'] != 'window'), 16))
+        self.attn = build_attention(cfg, 16, 2, num_prefix_tokens=self.cls.shape[1], **extra)
         with torch.no_grad():
             for p in self.attn.parameters():  # away from the initial values (alpha = 0.5, zero step MLP, ...)
                 p.add_(0.3 * torch.randn_like(p))
@@ -113,12 +117,20 @@ def test_tool_fails_when_the_graph_does_not_compute_the_model(tmp_path, monkeypa
     assert 'FAILED: relative error' in capsys.readouterr().err
 
 
+@pytest.mark.parametrize('output_size', [1, 2, 3, 6, (2, 5)])
+def test_symbolic_adaptive_pooling_computes_adaptive_average_pooling(output_size):
+    """UperNet's pyramid pooling, rewritten for export, gives torch's adaptive means at every size
+    (sizes that do not divide, and inputs smaller than the output)."""
+    model = nn.Sequential(nn.AdaptiveAvgPool2d(output_size))
+    export_onnx.symbolic_adaptive_pooling(model)
+    for h, w in [(2, 2), (3, 4), (7, 5), (13, 17), (1, 9)]:
+        x = torch.randn(2, 3, h, w)
+        torch.testing.assert_close(model(x), F.adaptive_avg_pool2d(x, output_size), rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('config, outputs', [
-    pytest.param('configs/segmentation/upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py', ['seg_logits'],
-                 marks=pytest.mark.xfail(strict=True, raises=torch.onnx.errors.OnnxExporterError,
-                                         reason="Swin's window attention calls scaled_dot_product_attention on 5-D "
-                                                "(B, windows, heads, w^2, d) tensors; the ONNX translation takes 4-D")),
+    ('configs/segmentation/upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py', ['seg_logits']),
     ('configs/detection/mask-rcnn_lisa-pvt-t_fpn_1x_coco.py', [f'feat{i}' for i in range(5)]),
 ])
 def test_tool_exports_upernet_swin_and_the_mask_rcnn_backbone_and_neck(config, outputs, tmp_path, capsys):

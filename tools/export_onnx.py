@@ -40,6 +40,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.modules.utils import _pair
 
 from projects.lisa.models.attention import set_implementation
 
@@ -85,6 +86,33 @@ def symbolic_upsampling(model: nn.Module) -> None:
                                           align_corners=m.align_corners)
 
 
+def pooling_matrix(out_size: int, in_size, like: Tensor) -> Tensor:
+    """``(out_size, in_size)`` averaging weights of adaptive average pooling: bin ``i`` averages
+    inputs ``floor(i n / o) <= j < ceil((i + 1) n / o)``, as ``F.adaptive_avg_pool1d`` does."""
+    i = torch.arange(out_size, device=like.device)[:, None]
+    j = torch.arange(in_size, device=like.device)[None]
+    inside = ((j >= i * in_size // out_size) & (j < ((i + 1) * in_size + out_size - 1) // out_size)).to(like.dtype)
+    return inside / inside.sum(1, keepdim=True)
+
+
+def symbolic_adaptive_pooling(model: nn.Module) -> None:
+    """Make ``nn.AdaptiveAvgPool2d`` (UperNet's pyramid pooling) follow the input size.
+
+    The exporter turns adaptive pooling into a fixed ``AveragePool`` whose kernel and stride are
+    those of the traced input, wrong at any other size. The same means as two matrix products,
+    ``P_h x P_w^T`` with :func:`pooling_matrix`, keep the sizes symbolic.
+    """
+    def pool(x: Tensor, size: tuple[int, int]) -> Tensor:
+        return pooling_matrix(size[0], x.shape[-2], x) @ x @ pooling_matrix(size[1], x.shape[-1], x).T
+
+    for m in model.modules():
+        if isinstance(m, nn.AdaptiveAvgPool2d):
+            size = _pair(m.output_size)
+            if None in size:
+                raise ValueError(f'{m}: output_size None (keep the input size) is not translated here')
+            m.forward = functools.partial(pool, size=size)
+
+
 def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = None) -> nn.Module:
     """The config's model in eval mode, SyncBN reverted to BN, wrapped for export."""
     from mmengine.config import Config
@@ -105,11 +133,12 @@ def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = 
     else:
         load_checkpoint(model, checkpoint, map_location='cpu')
     model = revert_sync_batchnorm(model).eval()
+    symbolic_adaptive_pooling(model)
     if scope == 'mmseg':
         symbolic_upsampling(model)
-        return SegmentorLogits(model)
+        return SegmentorLogits(model).eval()
     if scope == 'mmdet':
-        return DetectorFeatures(model)
+        return DetectorFeatures(model).eval()
     raise ValueError(f'default_scope={scope!r}: expected an mmseg segmentor or an mmdet detector')
 
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import check_heads, pad_grid, register_attention
+from .base import check_heads, merge_partitions, pad_grid, partition, register_attention
 
 
 @register_attention('window')
@@ -82,15 +82,17 @@ class ShiftedWindowAttention(nn.Module):
         hp, wp = x.shape[1:3]
         if s:
             x = torch.roll(x, (-s, -s), dims=(1, 2))
-        windows = x.view(b, hp // ws, ws, wp // ws, ws, c).transpose(2, 3).reshape(b, hp // ws * (wp // ws), ws * ws, c)
-        q, k, v = self.qkv(windows).unflatten(-1, (3, self.num_heads, -1)).permute(3, 0, 1, 4, 2, 5)
+        windows = partition(x, ws, ws)                                                         # (B, nW, w^2, C)
+        nw = windows.shape[1]
+        # Windows are folded into the head axis, (B, nW * heads, w^2, d), because scaled_dot_product_attention
+        # (and its ONNX translation) takes 4-D tensors; M then broadcasts over the batch without a copy.
+        q, k, v = self.qkv(windows).unflatten(-1, (3, self.num_heads, -1)).permute(3, 0, 1, 4, 2, 5).flatten(2, 3)
         mask = self.relative_position_bias_table[self.relative_position_index].permute(2, 0, 1)  # (heads, w^2, w^2)
-        if s:
-            mask = mask + self.shift_mask(hp, wp, x.device)[:, None]                           # (nW, heads, w^2, w^2)
-        out = F.scaled_dot_product_attention(                                                  # (B, nW, heads, w^2, d)
+        mask = mask.repeat(nw, 1, 1) if not s else (mask + self.shift_mask(hp, wp, x.device)[:, None]).flatten(0, 1)
+        out = F.scaled_dot_product_attention(                                                  # (B, nW*heads, w^2, d)
             q, k, v, attn_mask=mask.to(q.dtype), dropout_p=self.attn_drop if self.training else 0.0)
-        out = self.proj_drop(self.proj(out.transpose(2, 3).flatten(-2)))                      # (B, nW, w^2, C)
-        x = out.view(b, hp // ws, wp // ws, ws, ws, c).transpose(2, 3).reshape(b, hp, wp, c)
+        out = self.proj_drop(self.proj(out.unflatten(1, (nw, self.num_heads)).transpose(2, 3).flatten(-2)))
+        x = merge_partitions(out, hp, wp, ws, ws)
         if s:
             x = torch.roll(x, (s, s), dims=(1, 2))
         return x[:, :h, :w].reshape(b, n, c)
