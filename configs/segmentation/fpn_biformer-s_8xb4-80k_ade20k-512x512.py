@@ -11,20 +11,15 @@
 # replaces it by a new LayerNorm: final_norm_cfg=dict(type='LN', eps=1e-6)).
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = [
-    'mmseg::_base_/models/fpn_r50.py', 'mmseg::_base_/datasets/ade20k.py',
-    'mmseg::_base_/default_runtime.py', 'mmseg::_base_/schedules/schedule_80k.py', '../_base_/lisa_runtime.py',
-    '../_base_/models/biformer.py'
+    '../_base_/semantic_fpn_ade20k-512x512.py',
+    'mmseg::_base_/schedules/schedule_80k.py', '../_base_/models/biformer.py'
 ]
 
 # ImageNet-1K weights of the backbone: an mmpretrain checkpoint of configs/classification (keys
 # 'backbone.*'), copied or linked to this path.
 pretrained = 'pretrain/biformer-s_in1k.pth'
 
-crop_size = (512, 512)
-data_preprocessor = dict(size=crop_size)
 model = dict(
-    data_preprocessor=data_preprocessor,
-    pretrained=None,
     backbone=dict(
         _delete_=True,
         **_base_.biformer_backbone,
@@ -38,17 +33,7 @@ model = dict(
         # every tensor from the ImageNet classifier except the new output norms of stages 1-3
         init_cfg=dict(type='Pretrained', checkpoint=pretrained, prefix='backbone.',
                       allow_new=['norm0.*', 'norm1.*', 'norm2.*'])),
-    neck=dict(in_channels=[64, 128, 256, 512]),
-    decode_head=dict(num_classes=150))
-
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='AlignResize', scale=(2048, 512), size_divisor=32),
-    dict(type='LoadAnnotations', reduce_zero_label=True),
-    dict(type='PackSegInputs')
-]
-val_dataloader = dict(dataset=dict(pipeline=test_pipeline))
-test_dataloader = val_dataloader
+    neck=dict(in_channels=[64, 128, 256, 512]))
 
 optim_wrapper = dict(
     _delete_=True,

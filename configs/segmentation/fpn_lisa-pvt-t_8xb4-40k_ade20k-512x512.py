@@ -7,36 +7,21 @@
 # PVT recipe decays everything; at 1e-4 the difference is below 0.1% of each weight over 40k steps).
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = [
-    'mmseg::_base_/models/fpn_r50.py', 'mmseg::_base_/datasets/ade20k.py', 'mmseg::_base_/default_runtime.py',
-    'mmseg::_base_/schedules/schedule_40k.py', '../_base_/lisa_runtime.py', '../_base_/models/pvt.py',
-    '../_base_/no_weight_decay.py'
+    '../_base_/semantic_fpn_ade20k-512x512.py',
+    'mmseg::_base_/schedules/schedule_40k.py', '../_base_/models/pvt.py', '../_base_/no_weight_decay.py'
 ]
 
 # ImageNet-1K weights of the backbone: an mmpretrain checkpoint of
 # configs/classification (keys 'backbone.*'), copied or linked to this path.
 pretrained = 'pretrain/lisa-pvt-t_in1k.pth'
 
-crop_size = (512, 512)
-data_preprocessor = dict(size=crop_size)
 model = dict(
-    data_preprocessor=data_preprocessor,
-    pretrained=None,
     backbone=dict(
         _delete_=True,
         **_base_.pvt_backbone,
         out_indices=(0, 1, 2, 3),
         init_cfg=dict(type='Pretrained', checkpoint=pretrained, prefix='backbone.')),
-    neck=dict(in_channels=[64, 128, 320, 512]),
-    decode_head=dict(num_classes=150))
-
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='AlignResize', scale=(2048, 512), size_divisor=32),
-    dict(type='LoadAnnotations', reduce_zero_label=True),
-    dict(type='PackSegInputs')
-]
-val_dataloader = dict(dataset=dict(pipeline=test_pipeline))
-test_dataloader = val_dataloader
+    neck=dict(in_channels=[64, 128, 320, 512]))
 
 optim_wrapper = dict(
     _delete_=True,
