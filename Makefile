@@ -2,7 +2,7 @@
 # Each installs what it needs into .venv/ first (idempotent: seconds when done).
 PY := .venv/bin/python
 
-.PHONY: install demo test test-fast lint
+.PHONY: install demo test test-fast lint docs
 
 install:
 	bash tools/install.sh
@@ -19,3 +19,13 @@ test-fast: install
 
 lint: install
 	$(PY) -m ruff check .
+
+# The measured documents in docs/, each written by the tool that measures it (an idle machine
+# gives steady figures; the model benchmarks take their turns, so ratios hold under load too).
+docs: install
+	$(PY) tools/get_flops.py --paper --threads 1 --markdown docs/flops.md
+	$(PY) tools/benchmark_attention.py --threads 1 --clock cpu --markdown docs/operator.md
+	$(PY) tools/benchmark_model.py --dense --markdown docs/performance.md
+	$(PY) tools/benchmark_model.py --img-sizes 224 2048 --markdown docs/deit.md
+	$(PY) tools/demo.py
+	$(PY) tools/collect_results.py work_dirs/demo --found-only --markdown docs/results.md
