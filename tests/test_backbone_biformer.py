@@ -4,12 +4,12 @@ References: BiFormer's architecture written out as a parameter count and as a fu
 that reads an official-layout state dict (official key names; attention by the explicit masked
 n x n references of ``test_attention_bra``), the official code's published figures
 (13.1M / 25.5M / 56.8M parameters, 2.2G / 4.5G / 9.8G FLOPs) and the mm registries.
+What every LiSA backbone does (test_backbone_common) is not repeated here.
 """
 from __future__ import annotations
 
 import copy
 import functools
-import importlib
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,23 +18,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 from test_attention_bra import bra_reference, lepe_reference
+from test_backbone_common import randomise
 
 import projects.lisa  # noqa: F401  (registers the backbones)
-from projects.lisa.models.attention import (
-    BiLevelRoutingAttention,
-    FocusedLinearAttention,
-    LePEAttention,
-    LiSAAttention,
-    SoftmaxAttention,
-)
-from projects.lisa.models.backbones import base
+from projects.lisa.models.attention import BiLevelRoutingAttention, LePEAttention, LiSAAttention
 from projects.lisa.models.backbones.biformer import (
     BRA_ATTN_CFGS,
     LISA_ATTN_CFGS,
     LiSABiFormer,
     convert_biformer_checkpoint,
 )
-from projects.lisa.models.backbones.loading import IncompleteCheckpointError, load_pretrained
+from projects.lisa.models.backbones.loading import load_pretrained
 
 ROOT = Path(__file__).resolve().parents[1]
 # a small BiFormer-like arch for exact checks (3 x 3 regions: topk up to 9)
@@ -131,23 +125,9 @@ def classifier(arch, attn_cfgs, num_classes: int = 1000, **kwargs) -> torch.nn.M
                              head=dict(type='LinearClsHead', num_classes=num_classes, in_channels=dims[-1])))
 
 
-def randomise(model: torch.nn.Module) -> torch.nn.Module:
-    """float64, random weights and BatchNorm statistics, eval mode."""
-    model = model.double().eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.2)
-        for name, b in model.named_buffers():
-            if name.endswith('running_mean'):
-                b.normal_(0, 0.2)
-            elif name.endswith('running_var'):
-                b.uniform_(0.5, 1.5)
-    return model
-
-
 def check_outputs_equal_biformers(arch, official_arch, size, n_win, topks, tmp_path):
     attn_cfgs = [dict(type='bra', n_win=n_win, topk=k) for k in topks] + [dict(type='lepe', qkv_bias=False)]
-    ours = randomise(classifier(arch, attn_cfgs, num_classes=7))
+    ours = randomise(classifier(arch, attn_cfgs, num_classes=7).double().eval())  # float64
     depths, dims, heads = official_arch
     official = to_official(ours.backbone.state_dict(), 4, ours.head.fc)
     torch.save({'model': official}, tmp_path / 'biformer.pth')
@@ -224,19 +204,6 @@ def test_bra_stages_take_their_regions_and_topk():
     assert [len(s) for s in model.stages] == [2, 2, 8, 2]
 
 
-@pytest.mark.parametrize('name, cls', [('bra', BiLevelRoutingAttention), ('lepe', LePEAttention),
-                                       ('lisa', LiSAAttention), ('flatten', FocusedLinearAttention),
-                                       ('softmax', SoftmaxAttention)])
-def test_every_attention_runs_in_every_stage(name, cls):
-    cfg = dict(type=name, n_win=2, topk=2) if name == 'bra' else dict(type=name)
-    model = LiSABiFormer(arch=SMALL, attn_cfgs=cfg, pretrain_img_size=64)
-    assert all(type(s[0].attn) is cls for s in model.stages)
-    outs = model(torch.randn(1, 3, 64, 64))
-    assert [o.shape[1:] for o in outs] == [(16, 16, 16), (32, 8, 8), (48, 4, 4), (64, 2, 2)]
-    sum(o.sum() for o in outs).backward()
-    assert all(p.grad is not None for p in model.stages[0][0].attn.qkv.parameters())
-
-
 @pytest.mark.parametrize('size', [(64, 64), (45, 71)])
 def test_stage_i_has_ceil_of_size_over_its_stride_and_the_chosen_outputs(size):
     model = LiSABiFormer(arch=SMALL, attn_cfgs=SMALL_BRA, out_indices=(0, 2, 3)).eval()
@@ -250,86 +217,9 @@ def test_stage_i_has_ceil_of_size_over_its_stride_and_the_chosen_outputs(size):
     torch.testing.assert_close(outs[0].mean(1), torch.zeros_like(outs[0][:, 0]), atol=1e-5, rtol=0)
 
 
-def test_stochastic_depth_rises_linearly_over_the_blocks():
-    model = LiSABiFormer(arch='tiny', attn_cfgs=BRA_ATTN_CFGS, drop_path_rate=0.3)
-    rates = [b.drop_path.drop_prob if hasattr(b.drop_path, 'drop_prob') else 0.0 for s in model.stages for b in s]
-    torch.testing.assert_close(torch.tensor(rates), torch.linspace(0, 0.3, 14))
-
-
-def test_with_cp_gives_the_same_outputs_and_gradients_in_train_mode(monkeypatch):
-    calls = []
-    monkeypatch.setattr(base, 'checkpoint', lambda *a, **k: calls.append(1) or torch.utils.checkpoint.checkpoint(
-        *a, **k))
-    kwargs = dict(arch=SMALL, attn_cfgs=SMALL_BRA, drop_path_rate=0.3)
-    plain, cp = LiSABiFormer(**kwargs).train(), LiSABiFormer(with_cp=True, **kwargs).train()
-    cp.load_state_dict(plain.state_dict())
-    x = torch.randn(2, 3, 48, 48)
-    results = []
-    for model in (plain, cp):
-        torch.manual_seed(1)
-        outs = model(x)
-        sum((o * torch.linspace(-1, 1, o.shape[-1])).sum() for o in outs).backward()
-        results.append((outs, [p.grad for p in model.parameters()]))
-    assert len(calls) == 5
-    for a, b in zip(*(r[0] for r in results)):
-        torch.testing.assert_close(a, b)
-    for a, b in zip(*(r[1] for r in results)):
-        torch.testing.assert_close(a, b)
-
-
-@pytest.mark.parametrize('frozen_stages', [0, 2])
-def test_frozen_stages_get_no_gradient_stay_in_eval_mode_and_do_not_change(frozen_stages):
-    model = LiSABiFormer(arch=SMALL, attn_cfgs=SMALL_BRA, frozen_stages=frozen_stages)
-    model.init_weights()
-    model.train()
-    frozen = [model.downsample_layers[0]] + [
-        m for i in range(frozen_stages)
-        for m in (model.downsample_layers[i], model.stages[i], getattr(model, f'norm{i}'))]
-    frozen_params = {id(p) for m in frozen for p in m.parameters()}
-    assert all(not m.training for f in frozen for m in f.modules())
-    assert all(m.training for m in model.stages[-1].modules()) and model.norm.training
-    before = copy.deepcopy(model.state_dict())
-    opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1)
-    sum(o.square().mean() for o in model(torch.randn(2, 3, 48, 48))).backward()
-    opt.step()
-    after = model.state_dict()
-    for name, p in model.named_parameters():
-        if id(p) in frozen_params:
-            assert not p.requires_grad and p.grad is None and torch.equal(before[name], after[name]), name
-        else:
-            assert p.requires_grad and p.grad is not None, name
-    # frozen BatchNorm statistics do not move either
-    assert torch.equal(before['downsample_layers.0.1.running_mean'], after['downsample_layers.0.1.running_mean'])
-
-
-@pytest.mark.parametrize('scope', ['mmseg', 'mmdet', 'mmpretrain'])
-def test_builds_by_type_name_from_each_registry(scope):
-    registry = importlib.import_module(f'{scope}.registry').MODELS
-    model = registry.build(dict(type='LiSABiFormer', arch=SMALL, attn_cfgs=SMALL_BRA, out_indices=(1, 3)))
-    assert type(model) is LiSABiFormer and model.out_indices == (1, 3)
-
-
-def test_mmpretrain_classifier_checkpoint_loads_back_exactly_with_the_backbone_prefix(tmp_path, mmpretrain_scope):
-    model = randomise(classifier(SMALL, SMALL_BRA, num_classes=5)).float()
-    torch.save({'state_dict': model.state_dict(), 'meta': {'epoch': 1}}, tmp_path / 'cls.pth')
-    init_cfg = dict(type='Pretrained', checkpoint=str(tmp_path / 'cls.pth'), prefix='backbone.')
-    with pytest.raises(IncompleteCheckpointError, match=r'NOT IN THE CHECKPOINT \(6\): norm0.weight'):
-        LiSABiFormer(arch=SMALL, attn_cfgs=SMALL_BRA, init_cfg=init_cfg).init_weights()
-    dense = LiSABiFormer(arch=SMALL, attn_cfgs=SMALL_BRA, init_cfg={**init_cfg, 'allow_new': ['norm[012].*']})
-    dense.init_weights()
-    source = model.backbone.state_dict()
-    new = dense.state_dict().keys() - source.keys()
-    assert new == {f'norm{i}.{k}' for i in range(3) for k in ('weight', 'bias')}  # stage 1-3 output norms
-    for key, value in source.items():
-        assert torch.equal(dense.state_dict()[key], value), key
-
-
 @pytest.mark.parametrize('kwargs, error, match', [
     (dict(arch='huge'), ValueError, r"arch='huge' is not one of \['b', 'base', 's', 'small', 't', 'tiny'\]"),
-    (dict(attn_cfgs=dict(type='routing')), ValueError, r"attn_cfgs\[0\]=\{'type': 'routing'\}: expected"),
-    (dict(attn_cfgs=[dict(type='bra')] * 3), ValueError, 'attn_cfgs has 3 entries'),
     (dict(attn_cfgs=dict(type='bra', topk=50)), ValueError, r'stage 0, block 0: attention .*topk=50 must be in \[1,'),
-    (dict(out_indices=(4, )), ValueError, r'out_indices=\(4,\)'),
 ])
 def test_bad_configurations_are_rejected_with_a_clear_message(kwargs, error, match):
     with pytest.raises(error, match=match):

@@ -1,22 +1,16 @@
-"""LiSAPVT: the PVT v1 scaffolding (against mmdet's PyramidVisionTransformer) and
-what an OpenMMLab dense-prediction backbone is expected to do."""
+"""LiSAPVT: the PVT v1 scaffolding against mmdet's PyramidVisionTransformer, attention per
+stage, output grids and PVT checkpoints. What every LiSA backbone does: test_backbone_common."""
 import copy
 import math
-import re
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from test_backbone_common import assert_same_outputs
 
 import projects.lisa  # noqa: F401  (registers the backbones)
-from projects.lisa.models.attention import (
-    ATTENTIONS,
-    FocusedLinearAttention,
-    LinearAttention,
-    LiSAAttention,
-    SoftmaxAttention,
-)
+from projects.lisa.models.attention import LinearAttention, LiSAAttention, SoftmaxAttention
 from projects.lisa.models.backbones import base
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError, load_pretrained
 from projects.lisa.models.backbones.pvt import LiSAPVT
@@ -26,8 +20,6 @@ MMDET_CONFIGS = Path(mmdet_pvt.__file__).parents[2] / '.mim' / 'configs'
 
 TINY = dict(embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1], num_heads=[1, 2, 3, 4], mlp_ratios=[2, 2, 2, 2])
 PVT_SR = [dict(type='softmax', sr_ratio=r) for r in (8, 4, 2, 1)]
-ATTENTION_CLASSES = dict(softmax=SoftmaxAttention, linear=LinearAttention, flatten=FocusedLinearAttention,
-                         lisa=LiSAAttention)
 
 
 @pytest.fixture(autouse=True)
@@ -70,8 +62,8 @@ def official_pvt_state_dict(dims, depths, mlp_ratios, sr_ratios, patch_sizes=(4,
     return sd
 
 
-def pretrained(path, prefix=None):
-    return dict(type='Pretrained', checkpoint=str(path), **({'prefix': prefix} if prefix else {}))
+def pretrained(path):
+    return dict(type='Pretrained', checkpoint=str(path))
 
 
 # ---------------------------------------------------------------- scaffolding parity with mmdet
@@ -102,10 +94,7 @@ def test_softmax_model_computes_what_mmdet_pvt_computes_from_the_same_official_c
     ours = LiSAPVT(arch=arch, attn_cfgs=PVT_SR, init_cfg=pretrained(tmp_path / 'pvt_official.pth'))
     ours.init_weights()
     ours.eval()
-    x = torch.randn(2, 3, *size)
-    with torch.no_grad():
-        for a, b in zip(ours(x), reference(x), strict=True):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert_same_outputs(ours, reference, torch.randn(2, 3, *size))
 
 
 # ---------------------------------------------------------------- attention per stage
@@ -118,18 +107,6 @@ def test_default_is_lisa_in_all_four_stages_without_spatial_reduction():
             assert type(block.attn) is LiSAAttention
             assert block.attn.positional_encoding.pos_shape == (56 // 2 ** i, 56 // 2 ** i)
     assert not any('.sr.' in name for name, _ in model.named_parameters())
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize('name', sorted(ATTENTION_CLASSES))
-def test_every_attention_runs_in_every_stage(name):
-    model = LiSAPVT(arch=TINY, attn_cfgs=dict(type=name), pretrain_img_size=64)
-    assert all(type(b.attn) is ATTENTION_CLASSES[name] for s in model.stages for b in s.blocks)
-    x = torch.randn(1, 3, 64, 64, requires_grad=True)
-    outs = model(x)
-    sum(o.square().mean() for o in outs).backward()
-    assert [tuple(o.shape) for o in outs] == [(1, 8, 16, 16), (1, 16, 8, 8), (1, 24, 4, 4), (1, 32, 2, 2)]
-    assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
 
 
 def test_stages_take_their_own_attention_and_its_hyper_parameters():
@@ -179,90 +156,7 @@ def test_position_embedding_is_resized_bilinearly_from_the_pretraining_grid():
     torch.testing.assert_close(got, expected)
 
 
-def test_stochastic_depth_rises_linearly_over_the_blocks():
-    model = LiSAPVT(arch=dict(TINY, depths=[2, 1, 2, 1]), drop_path_rate=0.5, pretrain_img_size=64)
-    rates = [b.drop_path.drop_prob for s in model.stages for b in s.blocks]
-    assert rates == pytest.approx(torch.linspace(0, 0.5, 6).tolist())
-    assert [b.ffn.dropout_layer.drop_prob for s in model.stages for b in s.blocks] == rates
-
-
-@pytest.mark.slow
-def test_with_cp_gives_the_same_outputs_and_gradients_in_train_mode(monkeypatch):
-    calls = []
-    monkeypatch.setattr(base, 'checkpoint', lambda *a, **k: calls.append(1) or torch.utils.checkpoint.checkpoint(
-        *a, **k))
-    kwargs = dict(arch=TINY, pretrain_img_size=64, drop_rate=0.1, drop_path_rate=0.3)
-    plain, cp = LiSAPVT(**kwargs).train(), LiSAPVT(with_cp=True, **kwargs).train()
-    cp.load_state_dict(plain.state_dict())
-    x = torch.randn(2, 3, 64, 64)
-    results = []
-    for model in (plain, cp):
-        torch.manual_seed(1)
-        outs = model(x)
-        sum((o * torch.linspace(-1, 1, o.shape[-1])).sum() for o in outs).backward()
-        results.append((outs, [p.grad for p in model.parameters()]))
-    assert len(calls) == 4
-    for a, b in zip(*(outs for outs, _ in results)):
-        torch.testing.assert_close(a, b)
-    for a, b in zip(*(grads for _, grads in results)):
-        torch.testing.assert_close(a, b)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize('frozen_stages', [0, 2])
-def test_frozen_stages_get_no_gradient_stay_in_eval_mode_and_do_not_change(frozen_stages):
-    model = LiSAPVT(arch=TINY, pretrain_img_size=64, drop_rate=0.1, frozen_stages=frozen_stages)
-    model.init_weights()
-    model.train()
-    frozen = ([model.stages[0].patch_embed] if frozen_stages == 0 else list(model.stages[:frozen_stages]))
-    frozen_params = {id(p) for m in frozen for p in m.parameters()}
-    if frozen_stages == 0:
-        frozen_params.add(id(model.stages[0].pos_embed))
-    assert all(not m.training for f in frozen for m in f.modules())
-    assert all(m.training for m in model.stages[-1].modules())
-    before = copy.deepcopy(model.state_dict())
-    opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1)
-    sum(o.square().mean() for o in model(torch.randn(2, 3, 64, 64))).backward()
-    opt.step()
-    after = model.state_dict()
-    for name, p in model.named_parameters():
-        if id(p) in frozen_params:
-            assert not p.requires_grad and p.grad is None and torch.equal(before[name], after[name]), name
-        else:  # trained (LiSA's step MLP starts with zero gradient in its first layer: grad, not change)
-            assert p.requires_grad and p.grad is not None, name
-    assert not torch.equal(before['stages.3.blocks.0.attn.qkv.weight'], after['stages.3.blocks.0.attn.qkv.weight'])
-
-
-@pytest.mark.parametrize('scope', ['mmseg', 'mmdet', 'mmpretrain'])
-def test_builds_by_type_name_from_each_registry(scope):
-    import importlib
-    registry = importlib.import_module(f'{scope}.registry').MODELS
-    model = registry.build(dict(type='LiSAPVT', arch=TINY, pretrain_img_size=64, out_indices=(1, 3)))
-    assert type(model) is LiSAPVT and model.out_indices == (1, 3)
-
-
 # ---------------------------------------------------------------- pretrained weights
-
-
-def test_mmpretrain_classifier_checkpoint_loads_back_exactly_with_the_backbone_prefix(tmp_path, mmpretrain_scope):
-    import mmpretrain.models  # noqa: F401  (registers ImageClassifier)
-    from mmpretrain.registry import MODELS
-    backbone = dict(type='LiSAPVT', arch=TINY, pretrain_img_size=64)
-    classifier = MODELS.build(dict(type='ImageClassifier', backbone=backbone,
-                                   neck=dict(type='GlobalAveragePooling'),
-                                   head=dict(type='LinearClsHead', num_classes=5, in_channels=32)))
-    for p in classifier.parameters():
-        p.data.normal_()
-    torch.save({'state_dict': classifier.state_dict(), 'meta': {'epoch': 1}}, tmp_path / 'cls.pth')
-
-    model = LiSAPVT(arch=TINY, pretrain_img_size=64, init_cfg=pretrained(tmp_path / 'cls.pth', 'backbone.'))
-    model.init_weights()
-    assert model.state_dict().keys() == classifier.backbone.state_dict().keys()
-    for key, value in classifier.backbone.state_dict().items():
-        assert torch.equal(model.state_dict()[key], value), key
-    report = load_pretrained(LiSAPVT(arch=TINY, pretrain_img_size=64), str(tmp_path / 'cls.pth'), 'backbone.')
-    assert not (report.missing or report.new or report.unexpected or report.converted)
-    assert len(report.loaded) == len(model.state_dict())
 
 
 def test_official_checkpoint_initialises_every_shared_weight_and_lists_the_lisa_ones_as_new(tmp_path):
@@ -323,31 +217,15 @@ def test_shape_mismatches_are_an_error_that_lists_them_and_loads_nothing(tmp_pat
         assert torch.equal(model.state_dict()[key], value), key
 
 
-def test_a_prefix_absent_from_the_checkpoint_is_an_error(tmp_path):
-    torch.save(LiSAPVT(arch=TINY, pretrain_img_size=64).state_dict(), tmp_path / 'bare.pth')
-    model = LiSAPVT(arch=TINY, pretrain_img_size=64, init_cfg=pretrained(tmp_path / 'bare.pth', 'backbone.'))
-    with pytest.raises(KeyError, match="prefix 'backbone.'"):
-        model.init_weights()
-
-
 # ---------------------------------------------------------------- configuration errors
 
 
 @pytest.mark.parametrize('kwargs, error, match', [
     (dict(arch='huge'), ValueError, r"arch='huge' is not one of \['l', 'large', 'm', 'medium', 's', 'small'"),
-    (dict(arch=dict(embed_dims=[8], depths=[1])), ValueError, 'custom arch must be a dict with exactly the keys'),
     (dict(arch=dict(TINY, depths=[1, 1, 1])), ValueError, r'one entry per stage .* lengths'),
-    (dict(attn_cfgs=[dict(type='lisa')] * 3), ValueError, r'attn_cfgs has 3 entries; .* per stage \(4\)'),
-    (dict(attn_cfgs=dict(type='performer')), ValueError,
-     r"attn_cfgs\[0\].*'performer'.*one of " + re.escape(str(sorted(ATTENTIONS)))),  # every registered type
-    (dict(pretrain_img_size=(64,)), ValueError, r'pretrain_img_size=\(64,\) must be a positive int or a pair'),
-    (dict(pretrain_img_size=(64, 64, 64)), ValueError, r'pretrain_img_size=\(64, 64, 64\) must be'),
     (dict(attn_cfgs=dict(type='lisa', sr_ratio=2)), TypeError, r"stage 0, block 0: attention .*sr_ratio"),
     (dict(attn_cfgs=dict(type='lisa', num_steps=0)), ValueError, r'stage 0, block 0: attention .*num_steps=0'),
     (dict(patch_sizes=(4, 2, 2)), ValueError, r'patch_sizes=\(4, 2, 2\) needs one entry per stage \(4\)'),
-    (dict(out_indices=(0, 4)), ValueError, r'out_indices=\(0, 4\) must be .* distinct stage indices in \[-4, 4\)'),
-    (dict(out_indices={1: 1}), ValueError, r'out_indices=\{1: 1\} must be an int or a list'),
-    (dict(frozen_stages=5), ValueError, r'frozen_stages=5 must be in \[-1, 4\]'),
 ])
 def test_bad_configurations_are_rejected_with_a_clear_message(kwargs, error, match):
     kwargs = dict(dict(arch=TINY, pretrain_img_size=64), **kwargs)

@@ -1,7 +1,6 @@
-"""LiSASwinTransformer: the Swin scaffolding (against mmseg's SwinTransformer) and
-what an OpenMMLab dense-prediction backbone is expected to do."""
+"""LiSASwinTransformer: the Swin scaffolding against mmseg's SwinTransformer, attention per
+stage, output grids and Swin checkpoints. What every LiSA backbone does: test_backbone_common."""
 import copy
-import importlib
 import math
 import re
 from pathlib import Path
@@ -9,17 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from test_backbone_common import assert_same_outputs
 
 import projects.lisa  # noqa: F401  (registers the backbones)
-from projects.lisa.models.attention import (
-    ATTENTIONS,
-    FocusedLinearAttention,
-    LinearAttention,
-    LiSAAttention,
-    ShiftedWindowAttention,
-    SoftmaxAttention,
-)
-from projects.lisa.models.backbones import base
+from projects.lisa.models.attention import LiSAAttention, ShiftedWindowAttention, SoftmaxAttention
 from projects.lisa.models.backbones.loading import load_pretrained
 from projects.lisa.models.backbones.swin import LiSASwinTransformer
 
@@ -29,8 +21,6 @@ MMSEG_CONFIGS = Path(mmseg_swin.__file__).parents[2] / '.mim' / 'configs'
 TINY = dict(embed_dims=8, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
 WINDOW4 = dict(type='window', window_size=4)
 SMALL_INPUT = dict(arch=TINY, attn_cfgs=[dict(type='lisa')] * 2 + [WINDOW4] * 2, pretrain_img_size=64)
-ATTENTION_CLASSES = dict(window=ShiftedWindowAttention, softmax=SoftmaxAttention, linear=LinearAttention,
-                         flatten=FocusedLinearAttention, lisa=LiSAAttention)
 LISA_ONLY = ('scale', 'positional_encoding.weight', 'dwc.weight', 'dwc.bias', 'alpha', 'step_mlp.0.weight',
              'step_mlp.0.bias', 'step_mlp.2.weight', 'step_mlp.2.bias')
 
@@ -78,8 +68,8 @@ def official_swin_state_dict(embed_dims, depths, num_heads, window=7, img=224):
     return sd
 
 
-def pretrained(path, prefix=None, **kwargs):
-    return dict(type='Pretrained', checkpoint=str(path), **({'prefix': prefix} if prefix else {}), **kwargs)
+def pretrained(path, **kwargs):
+    return dict(type='Pretrained', checkpoint=str(path), **kwargs)
 
 
 # ---------------------------------------------------------------- scaffolding parity with mmseg
@@ -130,10 +120,7 @@ def test_window_model_computes_what_mmseg_swin_computes_from_the_same_official_c
                                init_cfg=pretrained(tmp_path / 'swin_official.pth', allow_new=['norm[012].*']))
     ours.init_weights()
     ours.eval()
-    x = torch.randn(2, 3, *size)
-    with torch.no_grad():
-        for a, b in zip(ours(x), reference(x), strict=True):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert_same_outputs(ours, reference, torch.randn(2, 3, *size))
 
 
 def test_official_patch_merging_weights_merge_the_2x2_neighbourhood_as_the_official_swin_does(tmp_path):
@@ -163,10 +150,7 @@ def test_mmseg_swin_backbone_checkpoint_loads_and_computes_the_same(tmp_path):
     ours = LiSASwinTransformer(**dict(SMALL_INPUT, attn_cfgs=WINDOW4)).eval()
     report = load_pretrained(ours, str(tmp_path / 'mm.pth'), 'backbone.')
     assert report.converted and not (report.new or report.unexpected)
-    x = torch.randn(1, 3, 64, 48)
-    with torch.no_grad():
-        for a, b in zip(ours(x), reference(x), strict=True):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert_same_outputs(ours, reference, torch.randn(1, 3, 64, 48))
 
 
 # ---------------------------------------------------------------- attention per stage
@@ -182,18 +166,6 @@ def test_default_is_lisa_over_the_whole_map_in_stages_1_2_and_shifted_7x7_window
         attns = [block.attn for block in model.stages[i].blocks]
         assert all(type(a) is ShiftedWindowAttention and a.window_size == 7 for a in attns)
         assert [a.shift_size for a in attns] == [0, 3] * (len(attns) // 2)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize('name', sorted(ATTENTION_CLASSES))
-def test_every_attention_runs_in_every_stage(name):
-    model = LiSASwinTransformer(**dict(SMALL_INPUT, attn_cfgs=WINDOW4 if name == 'window' else dict(type=name)))
-    assert all(type(b.attn) is ATTENTION_CLASSES[name] for s in model.stages for b in s.blocks)
-    x = torch.randn(1, 3, 64, 64, requires_grad=True)
-    outs = model(x)
-    sum(o.square().mean() for o in outs).backward()
-    assert [tuple(o.shape) for o in outs] == [(1, 8, 16, 16), (1, 16, 8, 8), (1, 32, 4, 4), (1, 64, 2, 2)]
-    assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
 
 
 def test_stages_take_their_own_attention_and_its_hyper_parameters():
@@ -234,85 +206,7 @@ def test_any_input_size_is_padded_so_stage_i_has_ceil_of_size_over_its_stride(at
     assert all(torch.isfinite(o).all() for o in outs)
 
 
-def test_stochastic_depth_rises_linearly_over_the_blocks():
-    model = LiSASwinTransformer(drop_path_rate=0.3, **SMALL_INPUT)
-    rates = [b.drop_path.drop_prob for s in model.stages for b in s.blocks]
-    assert rates == pytest.approx(torch.linspace(0, 0.3, 8).tolist())
-
-
-@pytest.mark.slow
-def test_with_cp_gives_the_same_outputs_and_gradients_in_train_mode(monkeypatch):
-    calls = []
-    monkeypatch.setattr(base, 'checkpoint', lambda *a, **k: calls.append(1) or torch.utils.checkpoint.checkpoint(
-        *a, **k))
-    kwargs = dict(SMALL_INPUT, drop_rate=0.1, attn_drop_rate=0.1, drop_path_rate=0.3)
-    plain, cp = LiSASwinTransformer(**kwargs).train(), LiSASwinTransformer(with_cp=True, **kwargs).train()
-    cp.load_state_dict(plain.state_dict())
-    x = torch.randn(2, 3, 64, 64)
-    results = []
-    for model in (plain, cp):
-        torch.manual_seed(1)
-        outs = model(x)
-        sum((o * torch.linspace(-1, 1, o.shape[-1])).sum() for o in outs).backward()
-        results.append((outs, [p.grad for p in model.parameters()]))
-    assert len(calls) == 8
-    for a, b in zip(*(outs for outs, _ in results)):
-        torch.testing.assert_close(a, b)
-    for a, b in zip(*(grads for _, grads in results)):
-        torch.testing.assert_close(a, b)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize('frozen_stages', [0, 2])
-def test_frozen_stages_get_no_gradient_stay_in_eval_mode_and_do_not_change(frozen_stages):
-    model = LiSASwinTransformer(drop_rate=0.1, frozen_stages=frozen_stages, **SMALL_INPUT)
-    model.init_weights()
-    model.train()
-    frozen = [model.patch_embed, *model.stages[:frozen_stages],
-              *(getattr(model, f'norm{i}') for i in range(frozen_stages))]
-    frozen_params = {id(p) for m in frozen for p in m.parameters()}
-    assert all(not m.training for f in frozen for m in f.modules()) and not model.drop_after_pos.training
-    assert all(m.training for m in model.stages[-1].modules())
-    before = copy.deepcopy(model.state_dict())
-    opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1)
-    sum(o.square().mean() for o in model(torch.randn(2, 3, 64, 64))).backward()
-    opt.step()
-    after = model.state_dict()
-    for name, p in model.named_parameters():
-        if id(p) in frozen_params:
-            assert not p.requires_grad and p.grad is None and torch.equal(before[name], after[name]), name
-        else:  # trained (LiSA's step MLP starts with zero gradient in its first layer: grad, not change)
-            assert p.requires_grad and p.grad is not None, name
-    assert not torch.equal(before['stages.3.blocks.0.attn.qkv.weight'], after['stages.3.blocks.0.attn.qkv.weight'])
-
-
-@pytest.mark.parametrize('scope', ['mmseg', 'mmdet', 'mmpretrain'])
-def test_builds_by_type_name_from_each_registry(scope):
-    registry = importlib.import_module(f'{scope}.registry').MODELS
-    model = registry.build(dict(type='LiSASwinTransformer', out_indices=(1, 3), **SMALL_INPUT))
-    assert type(model) is LiSASwinTransformer and model.out_indices == (1, 3)
-
-
 # ---------------------------------------------------------------- pretrained weights
-
-
-def test_mmpretrain_classifier_checkpoint_loads_back_exactly_with_the_backbone_prefix(tmp_path, mmpretrain_scope):
-    import mmpretrain.models  # noqa: F401  (registers ImageClassifier)
-    from mmpretrain.registry import MODELS
-    backbone = dict(type='LiSASwinTransformer', out_indices=(3,), **SMALL_INPUT)
-    classifier = MODELS.build(dict(type='ImageClassifier', backbone=backbone,
-                                   neck=dict(type='GlobalAveragePooling'),
-                                   head=dict(type='LinearClsHead', num_classes=5, in_channels=64)))
-    for p in classifier.parameters():
-        p.data.normal_()
-    torch.save({'state_dict': classifier.state_dict(), 'meta': {'epoch': 1}}, tmp_path / 'cls.pth')
-
-    model = LiSASwinTransformer(out_indices=(3,), init_cfg=pretrained(tmp_path / 'cls.pth', 'backbone.'),
-                                **SMALL_INPUT)
-    model.init_weights()
-    assert model.state_dict().keys() == classifier.backbone.state_dict().keys()
-    for key, value in classifier.backbone.state_dict().items():
-        assert torch.equal(model.state_dict()[key], value), key
 
 
 def test_official_checkpoint_initialises_every_shared_weight_and_reports_the_lisa_ones_as_new(tmp_path):
@@ -363,17 +257,10 @@ def test_window_tables_of_another_window_size_are_resized_bicubically(tmp_path):
 
 @pytest.mark.parametrize('kwargs, error, match', [
     (dict(arch='large'), ValueError, r"arch='large' is not one of \['b', 'base', 's', 'small', 't', 'tiny'\]"),
-    (dict(arch=dict(embed_dims=8, depths=[2])), ValueError, 'custom arch must be a dict with exactly the keys'),
     (dict(arch=dict(TINY, num_heads=[1, 2, 2])), ValueError, r'one entry per stage .* lengths'),
-    (dict(attn_cfgs=[dict(type='lisa')] * 2), ValueError, r'attn_cfgs has 2 entries; .* per stage \(4\)'),
-    (dict(attn_cfgs=dict(type='swin')), ValueError,
-     r"'swin'.*one of " + re.escape(str(sorted(ATTENTIONS)))),  # every registered type
     (dict(attn_cfgs=dict(type='window', window_size=0)), ValueError, 'window_size=0 must be >= 1'),
     (dict(attn_cfgs=dict(type='flatten', focusing_factor=0.5)), ValueError,
      r'stage 0, block 0: attention .*focusing_factor=0.5'),
-    (dict(out_indices=(4,)), ValueError, r'out_indices=\(4,\) must be .* distinct stage indices in \[-4, 4\)'),
-    (dict(pretrain_img_size=(64,)), ValueError, r'pretrain_img_size=\(64,\) must be a positive int or a pair'),
-    (dict(frozen_stages=-2), ValueError, r'frozen_stages=-2 must be in \[-1, 4\]'),
 ])
 def test_bad_configurations_are_rejected_with_a_clear_message(kwargs, error, match):
     with pytest.raises(error, match=match):

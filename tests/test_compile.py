@@ -82,6 +82,17 @@ def tokens(hw_shape, batch=2, num_prefix_tokens=1):
     return torch.randn(batch, num_prefix_tokens + math.prod(hw_shape), DIM)
 
 
+class OnGrid(nn.Module):
+    """An attention on the 5 x 3 grid of ``tokens((5, 3))``: a module of one input, to trace or export."""
+
+    def __init__(self, attn: nn.Module) -> None:
+        super().__init__()
+        self.attn = attn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn(x, (5, 3))
+
+
 pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
 
 
@@ -107,15 +118,6 @@ def test_lisa_layer_traces_into_one_graph_calling_its_custom_ops(name):
 def test_traced_lisa_layer_saves_loads_and_computes_as_eager():
     """``torch.jit.trace`` records the custom ops by name, so the traced layer can be saved."""
     m = attention(ATTENTION_CFGS['lisa']).eval()
-
-    class OnGrid(nn.Module):
-        def __init__(self, attn):
-            super().__init__()
-            self.attn = attn
-
-        def forward(self, x):
-            return self.attn(x, (5, 3))
-
     x = tokens((5, 3))
     buffer = io.BytesIO()
     with torch.no_grad():
@@ -131,15 +133,6 @@ def test_exported_lisa_layer_computes_as_eager(name):
     """``torch.export`` keeps the custom ops in the graph (their fake implementations give the
     shapes): the exported program computes the layer, not an empty placeholder."""
     m = attention(ATTENTION_CFGS[name]).eval()
-
-    class OnGrid(nn.Module):
-        def __init__(self, attn):
-            super().__init__()
-            self.attn = attn
-
-        def forward(self, x):
-            return self.attn(x, (5, 3))
-
     x = tokens((5, 3))
     program = torch.export.export(OnGrid(m), (x,))
     with torch.no_grad():
