@@ -17,7 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import fused
+
 ATTENTIONS: dict[str, type[nn.Module]] = {}
+#: How a :class:`KernelAttention` computes: 'fast' (custom ops with analytic backward passes and
+#: fused CPU kernels where built) or 'reference' (plain tensor code differentiated by autograd).
+IMPLEMENTATION_NAMES = ('fast', 'reference')
 
 #: Keyword arguments a backbone passes to every attention it builds, whatever its type: the
 #: constructor contract is ``cls(dim, num_heads, *, qkv_bias, attn_drop, proj_drop, pos_shape,
@@ -211,6 +216,10 @@ class KernelAttention(nn.Module):
     Subclasses mix ``(q, k, v)`` per head in :meth:`mix`; with ``dwc`` a
     depthwise ``kxk`` convolution of ``v`` (per head, weights shared across
     heads) is added to the mixed values before the output projection.
+
+    ``implementation``: 'fast' (default) runs the depthwise convolution by the fused CPU
+    kernel of :mod:`.fused` where it can; 'reference' in plain tensor operations (e.g. for
+    an export that cannot represent custom ops). Subclasses add their own fast paths.
     """
 
     def __init__(
@@ -229,6 +238,7 @@ class KernelAttention(nn.Module):
         eps: float = 1e-6,
         attn_drop: float = 0.0,
         block_index: int = 0,
+        implementation: str = 'fast',
     ) -> None:
         super().__init__()
         del attn_drop, block_index  # context of the contract (CONTEXT) that a kernel attention has no use for
@@ -243,6 +253,9 @@ class KernelAttention(nn.Module):
             raise ValueError(f'num_prefix_tokens={num_prefix_tokens} must be >= 0')
         if not eps > 0:
             raise ValueError(f'eps={eps} must be > 0')
+        if implementation not in IMPLEMENTATION_NAMES:
+            raise ValueError(f'implementation={implementation!r} is not one of {sorted(IMPLEMENTATION_NAMES)}')
+        self.implementation = implementation
         self.dim, self.num_heads = dim, num_heads
         self.feature_map = feature_map
         self.focusing_factor = focusing_factor if focusing else None
@@ -279,6 +292,10 @@ class KernelAttention(nn.Module):
         """Depthwise conv of the grid values; prefix tokens get zero. ``(B, h, N, d)``."""
         b, h, n, d = v.shape
         p = self.num_prefix_tokens
+        if self.implementation == 'fast' and fused.available(v, self.dwc.weight):
+            # channels-last on the tokens themselves; mkldnn's depthwise backward is slow on the CPU
+            out = fused.depthwise_conv(v.reshape(b * h, n, d), self.dwc.weight, self.dwc.bias, hw_shape, p)
+            return out.view(b, h, n, d)
         grid = v[:, :, p:].reshape(b * h, *hw_shape, d).permute(0, 3, 1, 2)
         if torch.compiler.is_compiling():
             # Inductor (torch 2.14) cannot order the symbolic strides of a permuted view that a
@@ -290,6 +307,8 @@ class KernelAttention(nn.Module):
     def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
         check_tokens(x, hw_shape, self.num_prefix_tokens)
         q, k, v = self.features(x, hw_shape)
+        if self.dwc is not None and self.implementation == 'fast':
+            v = v.contiguous()  # one copy, read by the fused depthwise kernel and by mix
         out = self.mix(q, k, v, hw_shape)
         if self.dwc is not None:
             out = out + self.depthwise(v, hw_shape)
