@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from projects.lisa.models.attention import build_attention, fused, set_implementation
+from projects.lisa.models.attention.base import focus, split_heads
 
 pytestmark = [pytest.mark.usefixtures('seed_and_one_thread'),
               pytest.mark.skipif(fused.CPU_KERNEL is None, reason='the fused CPU kernels are not built')]
@@ -45,6 +46,33 @@ def test_depthwise_conv_custom_op_passes_opcheck():
     weight = torch.randn(5, 1, 3, 3, dtype=torch.float64, requires_grad=True)
     bias = torch.randn(5, dtype=torch.float64, requires_grad=True)
     torch.library.opcheck(torch.ops.lisa.depthwise_conv, (x, weight, bias, 3, 4, 1))
+
+
+@pytest.mark.parametrize('with_pos', [True, False])
+def test_kernel_features_custom_op_passes_opcheck(with_pos):
+    """Schema, fake implementation, autograd registration and dynamic-shape tracing of ``lisa::kernel_features``."""
+    qkv = torch.randn(2, 7, 3 * 6, dtype=torch.float64, requires_grad=True)
+    pos = torch.randn(1, 7, 6, dtype=torch.float64, requires_grad=True) if with_pos else None
+    s = torch.rand(6, dtype=torch.float64, requires_grad=True) + 0.5
+    torch.library.opcheck(torch.ops.lisa.kernel_features, (qkv, pos, s, 2, 3.0))
+
+
+@pytest.mark.parametrize('p', [3.0, 2.0, 1.5])
+def test_kernel_features_match_the_focusing_function_in_value_and_gradients(p):
+    b, n, heads, d = 2, 9, 3, 4
+    qkv = torch.randn(b, n, 3 * heads * d, dtype=torch.float64, requires_grad=True)
+    pos = torch.randn(1, n, heads * d, dtype=torch.float64, requires_grad=True)
+    s = torch.rand(heads * d, dtype=torch.float64, requires_grad=True) + 0.5
+    q, k, v = qkv.chunk(3, dim=-1)
+    q, k = focus((F.relu(q) + 1e-6) / s, p), focus((F.relu(k + pos) + 1e-6) / s, p)
+    want = [split_heads(t, heads) for t in (q, k, v)]
+    got = fused.kernel_features(qkv, pos, s, heads, p)
+    gs = [torch.randn(t.shape, dtype=torch.float64) for t in want]
+    for a, b_ in zip(got, want):
+        assert a.is_contiguous()
+        torch.testing.assert_close(a, b_, rtol=1e-12, atol=1e-12)
+    for a, b_ in zip(torch.autograd.grad(got, (qkv, pos, s), gs), torch.autograd.grad(want, (qkv, pos, s), gs)):
+        torch.testing.assert_close(a, b_, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize('cfg', [

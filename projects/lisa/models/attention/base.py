@@ -217,9 +217,11 @@ class KernelAttention(nn.Module):
     depthwise ``kxk`` convolution of ``v`` (per head, weights shared across
     heads) is added to the mixed values before the output projection.
 
-    ``implementation``: 'fast' (default) runs the depthwise convolution by the fused CPU
-    kernel of :mod:`.fused` where it can; 'reference' in plain tensor operations (e.g. for
-    an export that cannot represent custom ops). Subclasses add their own fast paths.
+    ``implementation``: 'fast' (default) runs the focused ReLU features and the depthwise
+    convolution by the fused CPU kernels of :mod:`.fused` where it can (each in one pass
+    over the tokens, the features straight into a contiguous per-head layout); 'reference'
+    in plain tensor operations (e.g. for an export that cannot represent custom ops).
+    Subclasses add their own fast paths.
     """
 
     def __init__(
@@ -274,6 +276,11 @@ class KernelAttention(nn.Module):
 
     def features(self, x: Tensor, hw_shape: Sequence[int]) -> tuple[Tensor, Tensor, Tensor]:
         """Non-negative ``q, k`` and ``v``, each ``(B, h, N, d)``."""
+        if (self.implementation == 'fast' and self.focusing_factor is not None and self.feature_map == 'relu'
+                and fused.available(x, self.qkv.weight)):
+            pos = self.positional_encoding(hw_shape) if self.positional_encoding is not None else None
+            return fused.kernel_features(self.qkv(x), pos, F.softplus(self.scale).flatten(), self.num_heads,
+                                         self.focusing_factor)
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         if self.positional_encoding is not None:
             k = k + self.positional_encoding(hw_shape)

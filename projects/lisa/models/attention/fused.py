@@ -69,3 +69,56 @@ def depthwise_conv(x: Tensor, weight: Tensor, bias: Tensor, hw_shape: tuple[int,
     tokens zero. ``weight (d, 1, k, k)``, ``bias (d,)``."""
     return torch.ops.lisa.depthwise_conv(x.contiguous(), weight, bias, *hw_shape, num_prefix_tokens)
 
+
+@torch.library.custom_op('lisa::kernel_features', mutates_args=(), schema=(
+    '(Tensor qkv, Tensor? pos, Tensor s, int heads, float p) -> (Tensor, Tensor, Tensor)'))
+def _kernel_features(qkv: Tensor, pos: Tensor | None, s: Tensor, heads: int, p: float) -> tuple[Tensor, Tensor, Tensor]:
+    return tuple(CPU_KERNEL.features_forward(qkv, pos, s, heads, p))
+
+
+@torch.library.custom_op('lisa::kernel_features_backward', mutates_args=(), schema=(
+    '(Tensor gq, Tensor gk, Tensor gv, Tensor qkv, Tensor? pos, Tensor s, int heads, float p) -> (Tensor, Tensor)'))
+def _kernel_features_backward(gq: Tensor, gk: Tensor, gv: Tensor, qkv: Tensor, pos: Tensor | None, s: Tensor,
+                              heads: int, p: float) -> tuple[Tensor, Tensor]:
+    return tuple(CPU_KERNEL.features_backward(gq, gk, gv, qkv, pos, s, heads, p))
+
+
+@_kernel_features.register_fake
+def _(qkv, pos, s, heads, p):
+    b, n, c = qkv.shape
+    return tuple(qkv.new_empty(b, heads, n, c // (3 * heads)) for _ in range(3))
+
+
+@_kernel_features_backward.register_fake
+def _(gq, gk, gv, qkv, pos, s, heads, p):
+    return torch.empty_like(qkv), torch.empty_like(s)
+
+
+def _features_setup(ctx, inputs: tuple, output: tuple) -> None:
+    qkv, pos, s, ctx.heads, ctx.p = inputs
+    ctx.save_for_backward(qkv, pos, s)
+
+
+def _features_backward(ctx, gq: Tensor, gk: Tensor, gv: Tensor) -> tuple:
+    qkv, pos, s = ctx.saved_tensors
+    d_qkv, d_s = _kernel_features_backward(gq.contiguous(), gk.contiguous(), gv.contiguous(), qkv, pos, s,
+                                           ctx.heads, ctx.p)
+    c = s.shape[0]
+    d_pos = d_qkv[..., c:2 * c].sum(0, keepdim=True) if pos is not None else None
+    return d_qkv, d_pos, d_s, None, None
+
+
+_kernel_features.register_autograd(_features_backward, setup_context=_features_setup)
+
+
+def kernel_features(qkv: Tensor, pos: Tensor | None, s: Tensor, heads: int, p: float) -> tuple[Tensor, Tensor, Tensor]:
+    """FLatten's focused ReLU features of :meth:`~.base.KernelAttention.features` in one pass:
+    from ``qkv (B, N, 3C)`` (columns q, k, v), the positional encoding ``pos (1, N, C)`` added
+    to k (or None) and ``s = softplus(scale) (C,)``, the ``(B, heads, N, C / heads)`` tensors
+
+        q = f_p((relu(q) + 1e-6) / s),   k = f_p((relu(k + pos) + 1e-6) / s),   v
+
+    (:func:`~.base.focus`), contiguous per head. Backward recomputes the features from ``qkv``
+    (nothing token-sized is kept but ``qkv``)."""
+    pos = pos.contiguous() if pos is not None else None
+    return torch.ops.lisa.kernel_features(qkv.contiguous(), pos, s.contiguous(), heads, float(p))
