@@ -431,8 +431,8 @@ std::vector<at::Tensor> features_forward(const at::Tensor& qkv, const c10::optio
                                          const at::Tensor& s, int64_t heads, double p) {
   check_features(qkv, pos, s, heads);
   const int64_t b = qkv.size(0), n = qkv.size(1), c_all = qkv.size(2) / 3, d = c_all / heads;
-  auto q = at::empty({b, heads, n, d}, qkv.options()), k = at::empty_like(q);
-  auto v = qkv.narrow(2, 2 * c_all, c_all).view({b, n, heads, d}).transpose(1, 2).contiguous();
+  auto q = at::empty({b, heads, n, d}, qkv.options()), k = at::empty_like(q), v = at::empty_like(q);
+  v.copy_(qkv.narrow(2, 2 * c_all, c_all).view({b, n, heads, d}).transpose(1, 2));  // a copy even when empty
   AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "features_cpu_forward", [&] {
     const scalar_t *rp = qkv.data_ptr<scalar_t>(), *sp = s.data_ptr<scalar_t>();
     const scalar_t* ep = pos.has_value() ? pos->data_ptr<scalar_t>() : nullptr;
