@@ -56,10 +56,11 @@ fi
 # requests; mim only shells out to them for dataset downloads.
 pip_install --no-deps "openmim==0.3.9"
 
-log "projects.lisa (editable, with its CPU kernel: about a minute to compile)"
+log "projects.lisa (editable, with its CPU kernels: a minute or two to compile)"
 pip_install --no-deps --no-build-isolation -e "${ROOT}"
 
-"${PY}" -W ignore -c "import mmcv.ops, mmseg, mmdet, mmpretrain, mim, projects.lisa.models.attention._neighbourhood_cpu" \
+"${PY}" -W ignore -c "import mmcv.ops, mmseg, mmdet, mmpretrain, mim, projects.lisa.models.attention._neighbourhood_cpu, \
+projects.lisa.models.attention._features_cpu" \
     || { log "import check failed"; exit 1; }
 echo "${digest}" > "${STAMP}"
 log "done: ${VENV}"

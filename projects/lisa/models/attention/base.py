@@ -17,7 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import fused
+
 ATTENTIONS: dict[str, type[nn.Module]] = {}
+#: How a :class:`KernelAttention` computes: 'fast' (custom ops with analytic backward passes and
+#: fused CPU kernels where built) or 'reference' (plain tensor code differentiated by autograd).
+IMPLEMENTATION_NAMES = ('fast', 'reference')
 
 #: Keyword arguments a backbone passes to every attention it builds, whatever its type: the
 #: constructor contract is ``cls(dim, num_heads, *, qkv_bias, attn_drop, proj_drop, pos_shape,
@@ -224,6 +229,12 @@ class KernelAttention(nn.Module):
     Subclasses mix ``(q, k, v)`` per head in :meth:`mix`; with ``dwc`` a
     depthwise ``kxk`` convolution of ``v`` (per head, weights shared across
     heads) is added to the mixed values before the output projection.
+
+    ``implementation``: 'fast' (default) runs the focused ReLU features and the depthwise
+    convolution by the fused CPU kernels of :mod:`.fused` where it can (each in one pass
+    over the tokens, the features straight into a contiguous per-head layout); 'reference'
+    in plain tensor operations (e.g. for an export that cannot represent custom ops).
+    Subclasses add their own fast paths.
     """
 
     def __init__(
@@ -242,6 +253,7 @@ class KernelAttention(nn.Module):
         eps: float = 1e-6,
         attn_drop: float = 0.0,
         block_index: int = 0,
+        implementation: str = 'fast',
     ) -> None:
         super().__init__()
         del attn_drop, block_index  # context of the contract (CONTEXT) that a kernel attention has no use for
@@ -256,6 +268,9 @@ class KernelAttention(nn.Module):
             raise ValueError(f'num_prefix_tokens={num_prefix_tokens} must be >= 0')
         if not eps > 0:
             raise ValueError(f'eps={eps} must be > 0')
+        if implementation not in IMPLEMENTATION_NAMES:
+            raise ValueError(f'implementation={implementation!r} is not one of {sorted(IMPLEMENTATION_NAMES)}')
+        self.implementation = implementation
         self.dim, self.num_heads = dim, num_heads
         self.feature_map = feature_map
         self.focusing_factor = focusing_factor if focusing else None
@@ -274,6 +289,11 @@ class KernelAttention(nn.Module):
 
     def features(self, x: Tensor, hw_shape: Sequence[int]) -> tuple[Tensor, Tensor, Tensor]:
         """Non-negative ``q, k`` and ``v``, each ``(B, h, N, d)``."""
+        if (self.implementation == 'fast' and self.focusing_factor is not None and self.feature_map == 'relu'
+                and fused.available(x, self.qkv.weight)):
+            pos = self.positional_encoding(hw_shape) if self.positional_encoding is not None else None
+            return fused.kernel_features(self.qkv(x), pos, F.softplus(self.scale).flatten(), self.num_heads,
+                                         self.focusing_factor)
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         if self.positional_encoding is not None:
             k = k + self.positional_encoding(hw_shape)
@@ -292,6 +312,10 @@ class KernelAttention(nn.Module):
         """Depthwise conv of the grid values; prefix tokens get zero. ``(B, h, N, d)``."""
         b, h, n, d = v.shape
         p = self.num_prefix_tokens
+        if self.implementation == 'fast' and fused.available(v, self.dwc.weight):
+            # channels-last on the tokens themselves; mkldnn's depthwise backward is slow on the CPU
+            out = fused.depthwise_conv(v.reshape(b * h, n, d), self.dwc.weight, self.dwc.bias, hw_shape, p)
+            return out.view(b, h, n, d)
         grid = v[:, :, p:].reshape(b * h, *hw_shape, d).permute(0, 3, 1, 2)
         if torch.compiler.is_compiling():
             # Inductor (torch 2.14) cannot order the symbolic strides of a permuted view that a
@@ -303,6 +327,8 @@ class KernelAttention(nn.Module):
     def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
         check_tokens(x, hw_shape, self.num_prefix_tokens)
         q, k, v = self.features(x, hw_shape)
+        if self.dwc is not None and self.implementation == 'fast':
+            v = v.contiguous()  # one copy, read by the fused depthwise kernel and by mix
         out = self.mix(q, k, v, hw_shape)
         if self.dwc is not None:
             out = out + self.depthwise(v, hw_shape)

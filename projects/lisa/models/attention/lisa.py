@@ -28,11 +28,12 @@ def check_implementation(name: str) -> str:
 
 
 def set_implementation(model: nn.Module, name: str) -> nn.Module:
-    """Switch every :class:`LiSAAttention` of ``model`` to ``name`` ('fast' or 'reference');
-    returns ``model``. E.g. the reference before an export that cannot represent the custom ops."""
+    """Switch every :class:`~.base.KernelAttention` of ``model`` (LiSA, FLatten, linear) to ``name``
+    ('fast' or 'reference'); returns ``model``. E.g. the reference before an export that cannot
+    represent the custom ops."""
     check_implementation(name)
     for m in model.modules():
-        if isinstance(m, LiSAAttention):
+        if isinstance(m, KernelAttention):
             m.implementation = name
     return model
 
@@ -76,8 +77,9 @@ class LiSAAttention(KernelAttention):
     (:func:`~.walk.random_walk_reference`,
     :func:`~.local.neighbourhood_attention_reference`); 'fast' (default) runs
     the same math as custom ops with analytic backward passes, the fused CPU
-    kernel of the local branch and its row blocking, held to the reference by
-    the tests. T = infinity is plain tensor code in both.
+    kernel of the local branch and its row blocking (and the fused kernels of
+    :class:`KernelAttention`, :mod:`.fused`), held to the reference by the
+    tests. T = infinity is plain tensor code in both.
 
     Args:
         num_steps: truncation T >= 1 (T = 1 is the self-loop), or ``math.inf``.
@@ -107,7 +109,8 @@ class LiSAAttention(KernelAttention):
         dwc: bool = True,
         **kwargs,
     ) -> None:
-        super().__init__(dim, num_heads, focusing=focusing, dwc=dwc, **kwargs)
+        super().__init__(dim, num_heads, focusing=focusing, dwc=dwc,
+                         implementation=check_implementation(implementation), **kwargs)
         if num_steps == 'inf':
             num_steps = math.inf
         if not (num_steps == math.inf or (isinstance(num_steps, int) and num_steps >= 1)):
@@ -130,7 +133,6 @@ class LiSAAttention(KernelAttention):
         self.num_steps, self.beta, self.step_weights = num_steps, beta, step_weights
         self.use_global, self.use_local = use_global, use_local
         self.local_kernel_size = local_kernel_size
-        self.implementation = check_implementation(implementation)
 
         adaptive = use_global and step_weights == 'adaptive' and num_steps > 1
         if adaptive:
