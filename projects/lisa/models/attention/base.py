@@ -104,7 +104,8 @@ def partition(x: Tensor, rows: int, cols: int) -> Tensor:
     """A ``(B, Hp, Wp, C)`` map as ``(B, Hp/rows * Wp/cols, rows * cols, C)`` blocks of ``rows x cols``
     tokens (windows, regions), blocks and the tokens inside each in row-major order."""
     b, hp, wp, c = x.shape
-    return x.view(b, hp // rows, rows, wp // cols, cols, c).transpose(2, 3).reshape(b, -1, rows * cols, c)
+    return x.view(b, hp // rows, rows, wp // cols, cols, c).transpose(2, 3).reshape(
+        b, hp // rows * (wp // cols), rows * cols, c)
 
 
 def merge_partitions(x: Tensor, hp: int, wp: int, rows: int, cols: int) -> Tensor:
