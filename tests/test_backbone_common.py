@@ -189,6 +189,19 @@ def test_every_attention_runs_in_every_stage(bb, name):
         assert p.grad is not None and torch.isfinite(p.grad).all(), n
 
 
+@backbones()
+def test_outputs_are_contiguous_nchw_maps_of_the_stage_channels_and_strides(bb):
+    """Downstream kernels that read raw memory (mmcv's RoIAlign in Mask R-CNN, open-mmlab/mmcv#2203)
+    take their input as contiguous NCHW: a channels-last view of the tokens gave the Table 4 box and
+    mask heads scrambled RoI features whenever a batch held two or more images."""
+    model = bb.build().eval()
+    with torch.no_grad():
+        outs = model(torch.randn(2, 3, *bb.size))
+    assert [tuple(o.shape) for o in outs] == [(2, c, -(-bb.size[0] // s), -(-bb.size[1] // s))
+                                              for c, s in zip(bb.channels, bb.strides)]
+    assert all(o.is_contiguous() for o in outs), [o.stride() for o in outs]
+
+
 @backbones()  # builds only
 def test_stochastic_depth_rises_linearly_over_the_blocks(bb):
     found = blocks(bb.build(drop_path_rate=0.3))

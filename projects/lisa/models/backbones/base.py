@@ -138,8 +138,10 @@ def build_blocks(attn_cfgs: Sequence[Mapping], dim: int, num_heads: int, ffn_cha
 
 
 def nlc_to_nchw(x: Tensor, hw_shape: Sequence[int]) -> Tensor:
+    """Tokens ``(B, H*W, C)`` as a contiguous ``(B, C, H, W)`` map. Not a channels-last view: kernels
+    that read raw memory as NCHW (mmcv's RoIAlign, open-mmlab/mmcv#2203) would take it for one."""
     b, _, c = x.shape
-    return x.transpose(1, 2).reshape(b, c, *hw_shape)
+    return x.transpose(1, 2).reshape(b, c, *hw_shape).contiguous()
 
 
 def resize_grid_tokens(tokens: Tensor, src_hw: Sequence[int], dst_hw: Sequence[int], mode: str) -> Tensor:

@@ -62,7 +62,7 @@ def _conv_bn(in_channels: int, out_channels: int, norm_cfg: dict) -> list[nn.Mod
 def _channel_norm(norm: nn.Module, x: Tensor) -> Tensor:
     """``norm`` over the channels of ``(B, C, H, W)`` maps (a LayerNorm channel-last)."""
     if isinstance(norm, nn.LayerNorm):
-        return norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).contiguous()  # NCHW memory, as nlc_to_nchw
     return norm(x)
 
 

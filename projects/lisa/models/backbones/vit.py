@@ -21,7 +21,7 @@ from mmcv.cnn.bricks.transformer import PatchEmbed
 from torch import Tensor, nn
 
 from ..attention.base import PositionalEncoding
-from .base import LiSABackbone, build_blocks, to_pair
+from .base import LiSABackbone, build_blocks, nlc_to_nchw, to_pair
 
 
 class LiSAViT(LiSABackbone):
@@ -176,7 +176,7 @@ class LiSAViT(LiSABackbone):
             return x[:, 0]
         patches = x[:, self.num_prefix_tokens:]
         if self.out_type == 'featmap':
-            return patches.transpose(1, 2).reshape(x.shape[0], x.shape[-1], *hw_shape)
+            return nlc_to_nchw(patches, hw_shape)
         return self.ln2(patches.mean(dim=1))
 
 
