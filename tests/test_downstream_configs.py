@@ -320,10 +320,14 @@ def config_diff(a, b, path=''):
 
 
 # What a CPU demo may change: sizes (images, crops, head widths, RoIs per image, anchors), schedule,
-# data location, loader processes, SyncBN -> BN, the pretrained weights and its own helper variables.
+# data location, loader processes, SyncBN -> BN, the pretrained weights and its own helper variables;
+# and the kernel of RoIAlign (torchvision's, the same operation: mmcv's misreads the LiSA backbones'
+# channels-last maps, see the demo detector config and tests/test_demo.py).
 DEMO_MAY_CHANGE = (
     'crop_size', 'scale', 'sizes', 'width', 'norm_cfg', 'max_iters', 'data_root', 'randomness', 'pretrained',
     'model.rpn_head.anchor_generator.scales',
+    'model.roi_head.bbox_roi_extractor.roi_layer.use_torchvision',
+    'model.roi_head.mask_roi_extractor.roi_layer.use_torchvision',
     'train_pipeline', 'test_pipeline',
     'data_preprocessor.size', 'model.data_preprocessor.size', 'model.backbone.init_cfg',
     'model.decode_head.norm_cfg', 'model.train_cfg.rcnn.sampler.num',
