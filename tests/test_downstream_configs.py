@@ -87,19 +87,18 @@ def test_config_starts_with_custom_imports_and_inherits_an_mm_base_through_its_s
     text = path.read_text()
     code = [line for line in text.splitlines() if line and not line.startswith('#')]
     assert code[0] == "custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)"
-    chain, current = [], path
-    while True:  # follow the local _base_ chain to the mm scope
+    chain, todo = [], [path]
+    while todo:  # follow the local _base_ files (rows and the project's fragments) to the mm scope
+        current = todo.pop()
         bases = Config._get_base_files(str(current))
-        chain += bases
-        local = [b for b in bases if b.startswith('./')]
-        if not local:
-            break
-        current = current.parent / local[0]
+        chain += [str((current.parent / b).resolve().relative_to(ROOT / 'configs')) if '::' not in b else b
+                  for b in bases]
+        todo += [current.parent / b for b in bases if '::' not in b]
     scope, family, _ = ROWS[path]
-    assert chain and all(b.startswith(('./', f'{scope}::', '../_base_/')) for b in chain)
+    assert chain and all('::' not in b or b.startswith(f'{scope}::') for b in chain)
     assert any(b.startswith(f'{scope}::') for b in chain)
     # the project's runtime layer (where the crash-safe runtime goes) and the shared fragments
-    assert {'../_base_/lisa_runtime.py', f'../_base_/models/{family}.py', '../_base_/no_weight_decay.py'} <= set(chain)
+    assert {'_base_/lisa_runtime.py', f'_base_/models/{family}.py', '_base_/no_weight_decay.py'} <= set(chain)
 
 
 @pytest.mark.slow
@@ -320,14 +319,10 @@ def config_diff(a, b, path=''):
 
 
 # What a CPU demo may change: sizes (images, crops, head widths, RoIs per image, anchors), schedule,
-# data location, loader processes, SyncBN -> BN, the pretrained weights and its own helper variables;
-# and the kernel of RoIAlign (torchvision's, the same operation: mmcv's misreads the LiSA backbones'
-# channels-last maps, see the demo detector config and tests/test_demo.py).
+# data location, loader processes, SyncBN -> BN, the pretrained weights and its own helper variables.
 DEMO_MAY_CHANGE = (
     'crop_size', 'scale', 'sizes', 'width', 'norm_cfg', 'max_iters', 'data_root', 'randomness', 'pretrained',
     'model.rpn_head.anchor_generator.scales',
-    'model.roi_head.bbox_roi_extractor.roi_layer.use_torchvision',
-    'model.roi_head.mask_roi_extractor.roi_layer.use_torchvision',
     'train_pipeline', 'test_pipeline',
     'data_preprocessor.size', 'model.data_preprocessor.size', 'model.backbone.init_cfg',
     'model.decode_head.norm_cfg', 'model.train_cfg.rcnn.sampler.num',

@@ -17,7 +17,7 @@ The steps, every one a printed command:
    the paper's values (generated data: shown, not differenced).
 
 The demo configs inherit the paper's configs and change only sizes, schedule, data root,
-SyncBN -> BN and, for the detector, its anchors and its RoIAlign kernel (see their comments).
+SyncBN -> BN and, for the detector, its anchors (see their comments).
 Progress lines are shown; the full logs, checkpoints and metrics are kept under ``--work-dir``.
 """
 from __future__ import annotations

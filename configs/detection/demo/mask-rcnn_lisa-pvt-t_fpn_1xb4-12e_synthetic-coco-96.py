@@ -6,14 +6,7 @@
 # Only these change: sizes (96 px high images instead of 800, FPN and head widths 64 instead
 # of 256, 128 RoIs per image instead of 512, anchors half the size: the generated objects are
 # 15-42 px, below the recipe's smallest anchor of 32 px), 4 images per step on one process,
-# a one-epoch warm-up, evaluation at the end only and the data root; and one repair:
-# RoIAlign runs torchvision's kernel (`use_torchvision=True`, same operation) instead of mmcv's.
-# Why: the LiSA backbones return their maps as transposed views of (B, HW, C) tokens, so for a
-# batch of 2+ images the FPN convolutions keep them channels-last, and mmcv's RoIAlign (CPU and
-# CUDA kernels, mmcv 2.1) reads any input as contiguous NCHW without a check (open-mmlab/mmcv#2203):
-# in training every RoI of the box and mask heads got scrambled features (testing, one image at a
-# time, got the right ones), the heads learnt only the class prior and the box AP stayed ~0
-# however long one trained. torchvision's kernel honours the strides.
+# a one-epoch warm-up, evaluation at the end only and the data root.
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = '../mask-rcnn_lisa-pvt-t_fpn_1x_coco.py'
 
@@ -27,9 +20,9 @@ model = dict(
     neck=dict(out_channels=width),
     rpn_head=dict(in_channels=width, feat_channels=width, anchor_generator=dict(scales=[4])),
     roi_head=dict(
-        bbox_roi_extractor=dict(out_channels=width, roi_layer=dict(use_torchvision=True)),
+        bbox_roi_extractor=dict(out_channels=width),
         bbox_head=dict(in_channels=width, fc_out_channels=4 * width),
-        mask_roi_extractor=dict(out_channels=width, roi_layer=dict(use_torchvision=True)),
+        mask_roi_extractor=dict(out_channels=width),
         mask_head=dict(in_channels=width, conv_out_channels=width)),
     train_cfg=dict(rcnn=dict(sampler=dict(num=128))))
 
