@@ -4,6 +4,7 @@ Every type is built by :func:`build_attention` from ``dict(type=NAME, **kwargs)`
 constructor contract (:data:`CONTEXT`); :func:`register_attention` adds a type. Depends on torch
 alone (no OpenMMLab import), so the operator and its benchmarks run anywhere torch does.
 """
+from . import inductor_workaround
 from .angular import AngularAttention
 from .base import ATTENTIONS, CONTEXT, KernelAttention, build_attention, check_attention_type, register_attention
 from .bra import BiLevelRoutingAttention, LePEAttention
@@ -17,3 +18,5 @@ __all__ = [
     'SoftmaxAttention', 'ShiftedWindowAttention', 'LinearAttention', 'FocusedLinearAttention', 'AngularAttention',
     'LiSAAttention', 'BiLevelRoutingAttention', 'LePEAttention', 'set_implementation'
 ]
+
+inductor_workaround.install()  # torch.compile of whole backbones (pytorch/pytorch#185510)
