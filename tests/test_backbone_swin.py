@@ -12,6 +12,7 @@ from test_backbone_common import assert_same_outputs
 
 import projects.lisa  # noqa: F401  (registers the backbones)
 from projects.lisa.models.attention import LiSAAttention, ShiftedWindowAttention, SoftmaxAttention
+from projects.lisa.models.attention.window import roll_grid
 from projects.lisa.models.backbones.loading import load_pretrained
 from projects.lisa.models.backbones.swin import LiSASwinTransformer
 
@@ -88,6 +89,12 @@ def test_tiny_with_windows_everywhere_has_exactly_the_parameters_of_mmseg_swin_t
     for i in range(4):
         assert count(ours.stages[i]) == count(reference.stages[i])
         assert count(getattr(ours, f'norm{i}')) == count(getattr(reference, f'norm{i}'))
+
+
+@pytest.mark.parametrize('h, w, shift', [(7, 7, 3), (14, 21, -3), (8, 12, 2), (4, 4, -2)])
+def test_roll_grid_is_torch_roll_over_height_and_width(h, w, shift):
+    x = torch.randn(2, h, w, 5)
+    assert torch.equal(roll_grid(x, shift), torch.roll(x, (shift, shift), dims=(1, 2)))
 
 
 @pytest.mark.parametrize('shift', [False, True])

@@ -192,17 +192,10 @@ BACKBONES = {
 @pytest.mark.slow
 @pytest.mark.parametrize('dynamic', [None, True], ids=['default', 'dynamic'])
 @pytest.mark.parametrize('name', list(BACKBONES))
-def test_backbones_compile_with_inductor_for_two_input_sizes(name, dynamic, request):
+def test_backbones_compile_with_inductor_for_two_input_sizes(name, dynamic):
     """Without :mod:`~projects.lisa.models.attention.inductor_workaround` inductor (torch 2.14.1)
     raised 'cannot determine truth value of Relational: 128*((s53//4)) < 1' (by default, on the
     second size; with dynamic=True on the first) on the saved ``(B, 1, N, d)`` heads of stage 1."""
-    if name == 'LiSASwinTransformer' and dynamic:
-        request.applymarker(pytest.mark.xfail(
-            raises=torch._inductor.exc.InductorError, strict=True,
-            reason='open defect (#16), another inductor bug (torch 2.14.1): lowering the backward of the shifted '
-                   "windows' torch.roll (window.py), the sym lowering of operator.mod gets plain ints "
-                   "(2 % 4) and calls _sympy_mod on them: \"AttributeError: 'int' object has no attribute "
-                   "'is_nonnegative'\""))
     torch._dynamo.reset()
     model = BACKBONES[name]().train()
     images = [(torch.randn(2, 3, 64, 64),), (torch.randn(2, 3, 96, 64),)]

@@ -11,6 +11,16 @@ from torch import Tensor, nn
 from .base import check_heads, merge_partitions, pad_grid, partition, register_attention
 
 
+def roll_grid(x: Tensor, shift: int) -> Tensor:
+    """``torch.roll(x, (shift, shift), dims=(1, 2))`` of a ``(B, H, W, C)`` map, by slices: inductor
+    (torch 2.14.1) fails to lower the backward of ``torch.roll`` with dynamic sizes (``operator.mod``
+    on plain ints: "'int' object has no attribute 'is_nonnegative'")."""
+    for dim in (1, 2):
+        cut = x.shape[dim] - shift if shift > 0 else -shift
+        x = torch.cat((x.narrow(dim, cut, x.shape[dim] - cut), x.narrow(dim, 0, cut)), dim)
+    return x
+
+
 @register_attention('window')
 class ShiftedWindowAttention(nn.Module):
     """Swin's (shifted) window softmax attention with relative position bias.
@@ -81,7 +91,7 @@ class ShiftedWindowAttention(nn.Module):
         x = pad_grid(x, hw_shape, ws)
         hp, wp = x.shape[1:3]
         if s:
-            x = torch.roll(x, (-s, -s), dims=(1, 2))
+            x = roll_grid(x, -s)
         windows = partition(x, ws, ws)                                                         # (B, nW, w^2, C)
         nw = windows.shape[1]
         # Windows are folded into the head axis, (B, nW * heads, w^2, d), because scaled_dot_product_attention
@@ -94,5 +104,5 @@ class ShiftedWindowAttention(nn.Module):
         out = self.proj_drop(self.proj(out.unflatten(1, (nw, self.num_heads)).transpose(2, 3).flatten(-2)))
         x = merge_partitions(out, hp, wp, ws, ws)
         if s:
-            x = torch.roll(x, (s, s), dims=(1, 2))
+            x = roll_grid(x, s)
         return x[:, :h, :w].reshape(b, n, c)
