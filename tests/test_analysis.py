@@ -16,7 +16,7 @@ from torch import nn
 from projects.lisa.analysis.benchmark import cuda_peak_bytes, loglog_plot, median_seconds, saved_tensor_bytes
 from projects.lisa.analysis.flops import PAPER_GFLOPS, Complexity, config_complexity, flop_analyzer, model_complexity
 from projects.lisa.analysis.walk_maps import attention_matrices, query_token, split_row
-from projects.lisa.models.attention import build_attention, local
+from projects.lisa.models.attention import build_attention, fused, local
 from projects.lisa.models.attention.base import merge_heads
 from projects.lisa.models.attention.local import neighbourhood_attention
 from projects.lisa.models.attention.walk import _walk_forward, geometric_weights, random_walk
@@ -103,6 +103,18 @@ def test_every_custom_op_of_the_operator_has_a_handle(fused, monkeypatch):
         result = model_complexity(OnGrid(attn, (3, 3)), (torch.randn(1, 10, 16),))
     assert not [op for op in result.uncounted if op.startswith('lisa::') or op.startswith('prim::PythonOp')]
     assert {'random_walk', 'neighbourhood_attention', 'linear', 'conv'} <= set(result.by_operator)
+
+
+@pytest.mark.parametrize('cfg', [dict(type='flatten'), dict(type='linear', dwc=True), dict(type='lisa')])
+def test_fused_cpu_ops_count_as_the_code_they_replace(cfg, monkeypatch):
+    """The fused depthwise conv and kernel features count as the conv and element-wise code they replace."""
+    counts, available = [], fused.available
+    for use_fused in (True, False):
+        monkeypatch.setattr(fused, 'available', lambda *tensors, use=use_fused: use and available(*tensors))
+        attn = build_attention(cfg, 16, 2, pos_shape=(3, 3), num_prefix_tokens=1)
+        result = model_complexity(OnGrid(attn, (3, 3)), (torch.randn(1, 10, 16),))
+        counts.append((result.flops, dict(result.by_operator)))
+    assert counts[0] == counts[1] and counts[0][1]['conv'] > 0
 
 
 @torch.library.custom_op('lisa::test_unhandled', mutates_args=())

@@ -22,8 +22,11 @@ module adds a handle for each (:data:`FLOP_HANDLES`):
   with the fused CPU kernel): ``Q K^T`` and ``A V`` restricted to each token's
   window (:func:`neighbourhood_flop_jit`).
 
-The token projections, the step MLP and the depthwise convolution of the
-kernel attentions are ordinary ``linear`` / ``conv`` ops and counted as such.
+The token projections and the step MLP are ordinary ``linear`` ops and counted
+as such; the fused CPU depthwise convolution (``lisa::depthwise_conv``) is counted
+as the ``conv`` it computes and the fused kernel features (``lisa::kernel_features``)
+as the element-wise operations they are (0), so the fast and the reference paths
+count the same.
 """
 from __future__ import annotations
 
@@ -119,8 +122,18 @@ def neighbourhood_flop_jit(inputs: list, outputs: list, window_dims: tuple[int, 
     return Counter(neighbourhood_attention=_batch(q) * flops)
 
 
+def depthwise_flop_jit(inputs: list, outputs: list) -> Counter:
+    """``lisa::depthwise_conv(x (BH, p + H*W, d), weight (d, 1, k, k), bias, H, W, p)``: what the
+    analyzer counts for the ``nn.Conv2d(d, d, k, groups=d)`` it computes, ``BH H W d k^2``."""
+    x, weight = get_shape(inputs[0]), get_shape(inputs[1])
+    h, w = (inputs[i].toIValue() for i in (3, 4))
+    return Counter(conv=x[0] * h * w * x[-1] * weight[-2] * weight[-1])
+
+
 FLOP_HANDLES = {
     'aten::scaled_dot_product_attention': sdpa_flop_jit,
+    'lisa::depthwise_conv': depthwise_flop_jit,
+    'lisa::kernel_features': lambda inputs, outputs: Counter(),  # ReLU, scaling, focusing: element-wise
     'lisa::random_walk': walk_flop_jit,
     'lisa::neighbourhood': functools.partial(neighbourhood_flop_jit, window_dims=(2, 3, 1)),  # (BH, k*k, H, W)
     'lisa::neighbourhood_fused': functools.partial(neighbourhood_flop_jit, window_dims=(1, 2, 3)),  # (BH, H, W, k*k)
