@@ -202,6 +202,7 @@ def run_tool(*args: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow  # runs the tool in a subprocess (imports the mm packages)
 def test_tool_prints_every_table_marks_missing_rows_and_writes_json(tmp_path):
     work_dir(tmp_path / 'runs', 'a', PVT_LISA_DET, test=coco(0.40, 0.60))
     work_dir(tmp_path / 'runs', 'odd', 'one_process', test={'mIoU': 1.0})
@@ -220,6 +221,7 @@ def test_tool_prints_every_table_marks_missing_rows_and_writes_json(tmp_path):
                                                                                      False)
 
 
+@pytest.mark.slow  # runs the tool in a subprocess (imports the mm packages)
 def test_tool_refuses_a_missing_work_dir(tmp_path):
     proc = subprocess.run([sys.executable, str(TOOL), str(tmp_path / 'nope')], capture_output=True, text=True,
                           env={**os.environ, 'PYTHONPATH': str(ROOT)}, timeout=120)
