@@ -48,6 +48,14 @@ def test_depthwise_conv_custom_op_passes_opcheck():
     torch.library.opcheck(torch.ops.lisa.depthwise_conv, (x, weight, bias, 3, 4, 1))
 
 
+def test_depthwise_conv_backward_custom_op_passes_opcheck():
+    """The backward op too: its weight gradient came out as a transposed view while the fake promised a
+    contiguous tensor, and inductor stopped on the stride mismatch (whole Swin, dynamic=True)."""
+    x = torch.randn(2, 1 + 12, 5, dtype=torch.float64)
+    weight = torch.randn(5, 1, 3, 3, dtype=torch.float64)
+    torch.library.opcheck(torch.ops.lisa.depthwise_conv_backward, (torch.randn_like(x), x, weight, 3, 4, 1))
+
+
 @pytest.mark.parametrize('with_pos', [True, False])
 def test_kernel_features_custom_op_passes_opcheck(with_pos):
     """Schema, fake implementation, autograd registration and dynamic-shape tracing of ``lisa::kernel_features``."""

@@ -44,7 +44,7 @@ def _(x, weight, bias, h, w, num_prefix_tokens):
 
 @_depthwise_conv_backward.register_fake
 def _(grad, x, weight, h, w, num_prefix_tokens):
-    return torch.empty_like(x), torch.empty_like(weight), weight.new_empty(weight.shape[0])
+    return torch.empty_like(x), weight.new_empty(weight.shape), weight.new_empty(weight.shape[0])
 
 
 def _depthwise_setup(ctx, inputs: tuple, output: Tensor) -> None:

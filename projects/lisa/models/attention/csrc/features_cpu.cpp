@@ -221,7 +221,7 @@ std::vector<at::Tensor> depthwise_backward(const at::Tensor& grad, const at::Ten
       }
     });
   });
-  auto dw = dw_rows.sum(0).t().reshape(weight.sizes());
+  auto dw = dw_rows.sum(0).t().reshape(weight.sizes()).contiguous();  // the layout the fake promises
   return {dx, dw, db_rows.sum(0)};
 }
 
