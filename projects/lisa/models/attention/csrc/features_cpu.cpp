@@ -32,33 +32,14 @@
 #include <cmath>
 #include <vector>
 
+#include "lanes.h"
+
 #if defined(__SSE__) || defined(__x86_64__)
 #include <xmmintrin.h>
 #define LISA_MXCSR 1
 #endif
 
 namespace {
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define LISA_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define LISA_CLONES
-#endif
-
-// 32-byte vectors (GCC/Clang vector extensions): AVX2 registers in the x86-64-v3 clone.
-#define LISA_INLINE inline __attribute__((always_inline))
-template <typename T>
-struct Lanes {
-  typedef T vec __attribute__((vector_size(32)));
-  static constexpr int64_t n = 32 / sizeof(T);
-  LISA_INLINE static vec load(const T* p) {
-    vec x;
-    __builtin_memcpy(&x, p, sizeof(x));
-    return x;
-  }
-  LISA_INLINE static void store(T* p, vec x) { __builtin_memcpy(p, &x, sizeof(x)); }
-  LISA_INLINE static vec splat(T a) { return vec{} + a; }
-};
 
 // Channels [c0, c0 + C lanes) of one output grid row y:
 // out[x, c] = (bias[c] or 0) + sum_o taps[o, c] in[(y, x) + o, c], the C vectors in registers.
