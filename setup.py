@@ -1,5 +1,5 @@
-"""Builds the fused CPU kernels (LiSA's local branch; the kernel attentions' depthwise conv and
-features); the metadata is in setup.cfg.
+"""Builds the fused CPU kernels (LiSA's local branch and the
+walk's token-wise passes; the kernel attentions' depthwise conv and features); the metadata is in setup.cfg.
 
 Needs torch at build time: ``pip install --no-build-isolation -e .`` (as
 ``tools/install.sh`` does). Without the kernels the same math runs in tensor
@@ -19,6 +19,11 @@ setup(
         CppExtension(
             'projects.lisa.models.attention._features_cpu',
             ['projects/lisa/models/attention/csrc/features_cpu.cpp'],
+            extra_compile_args=['-O3', '-fopenmp'],
+            extra_link_args=['-fopenmp']),
+        CppExtension(
+            'projects.lisa.models.attention._walk_cpu',
+            ['projects/lisa/models/attention/csrc/walk_cpu.cpp'],
             extra_compile_args=['-O3', '-fopenmp'],
             extra_link_args=['-fopenmp']),
     ],

@@ -68,10 +68,11 @@ def test_walk_is_counted_as_every_product_its_forward_performs(steps, per_token)
     q, k, v = nonneg(b, h, n, d), nonneg(b, h, n, d), torch.randn(b, h, n, dv)
     weights = torch.rand(b, h, n, steps) if per_token else geometric_weights(0.5, steps).float()
     handled = flop_analyzer(Call(lambda q, k, v, w: random_walk(q, k, v, w, 1e-6)), (q, k, v, weights))
-    # The forward traced inline (not as one custom-op node): every matmul it runs,
-    # its output and what it keeps for backward (so that the trace keeps them all).
+    # The forward traced inline (not as one custom-op node), in tensor operations (the fused
+    # kernels' passes are opaque to the trace): every matmul it runs, its output and what it
+    # keeps for backward (so that the trace keeps them all).
     def forward_inline(q, k, v, w):
-        out, saved = _walk_forward(q, k, v, w, 1e-6)
+        out, saved = _walk_forward(q, k, v, w, 1e-6, kernels=False)
         return (out, *saved)
 
     w4 = weights.reshape((1,) * (4 - weights.dim()) + weights.shape)
@@ -107,10 +108,10 @@ def test_every_custom_op_of_the_operator_has_a_handle(fused, monkeypatch):
 
 @pytest.mark.parametrize('cfg', [dict(type='flatten'), dict(type='linear', dwc=True), dict(type='lisa')])
 def test_fused_cpu_ops_count_as_the_code_they_replace(cfg, monkeypatch):
-    """The fused depthwise conv and kernel features count as the conv and element-wise code they replace."""
+    """The fused depthwise conv, kernel features and walk passes count as the code they replace."""
     counts, available = [], fused.available
     for use_fused in (True, False):
-        monkeypatch.setattr(fused, 'available', lambda *tensors, use=use_fused: use and available(*tensors))
+        monkeypatch.setattr(fused, 'available', lambda *tensors, use=use_fused, **kw: use and available(*tensors, **kw))
         attn = build_attention(cfg, 16, 2, pos_shape=(3, 3), num_prefix_tokens=1)
         result = model_complexity(OnGrid(attn, (3, 3)), (torch.randn(1, 10, 16),))
         counts.append((result.flops, dict(result.by_operator)))

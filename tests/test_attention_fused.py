@@ -114,3 +114,20 @@ def test_set_implementation_switches_every_kernel_attention():
     assert [m.implementation for m in model] == ['reference'] * 3
     set_implementation(model, 'fast')
     assert [m.implementation for m in model] == ['fast'] * 3
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize('length', [1, 3, 8, 64, 100, 4096])
+def test_row_argmax_is_the_first_index_of_each_row_maximum(dtype, length):
+    x = torch.randn(2, 3, 5, length, dtype=dtype)
+    x[0, 0, 0] = 1.0                                     # all equal: index 0
+    x[0, 0, 1, length // 2:] = x[0, 0, 1].max() + 1      # ties: the first of them
+    x[1, 2, 4, -1] = x[1, 2, 4].max() + 1                # the last entry
+    got = fused.row_argmax(x)
+    assert got.shape == (2, 3, 5, 1) and got.dtype == torch.long
+    assert torch.equal(got, x.argmax(-1, keepdim=True))
+    assert got[0, 0, 1].item() == length // 2 and got[1, 2, 4].item() == length - 1
+
+
+def test_row_argmax_custom_op_passes_opcheck():
+    torch.library.opcheck(torch.ops.lisa.row_argmax.default, (torch.randn(4, 7, 33),))

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from projects.lisa.models.attention import ATTENTIONS, LiSAAttention, build_attention, local, set_implementation
+from projects.lisa.models.attention import ATTENTIONS, LiSAAttention, build_attention, fused, local, set_implementation
 from projects.lisa.models.attention.base import PositionalEncoding
 from projects.lisa.models.attention.walk import (
     geometric_weights,
@@ -99,12 +99,19 @@ def test_fast_path_matches_the_reference_forward_and_gradients(kwargs, local_pat
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize('passes', ['fused', 'tensor-ops'])
 @pytest.mark.parametrize('weights_shape', [(4,), (1, 3, 1, 4), (2, 3, 17, 4)], ids=str)
 @pytest.mark.parametrize('eps', [1e-6, 0.5])
-def test_walk_custom_op_matches_the_reference_and_the_reference_explicit_powers(weights_shape, eps):
+def test_walk_custom_op_matches_the_reference_and_the_reference_explicit_powers(weights_shape, eps, passes,
+                                                                              monkeypatch):
     """Fixed, per-head and per-token step weights: the reference against ``sum_t w_t S^t V``
     with the explicit n x n ``S``, the custom op's output and analytic gradients against the
-    reference's autograd."""
+    reference's autograd, with the token-wise passes by the fused CPU kernels and without them
+    (as on CUDA)."""
+    if passes == 'fused' and fused.WALK_KERNEL is None:
+        pytest.skip('the fused CPU kernels are not built')
+    if passes == 'tensor-ops':
+        monkeypatch.setattr(fused, 'WALK_KERNEL', None)
     q, k = 3 * torch.rand(2, 3, 17, 5, dtype=torch.float64), torch.rand(2, 3, 17, 5, dtype=torch.float64)
     v = torch.randn(2, 3, 17, 6, dtype=torch.float64)
     w = torch.rand(weights_shape, dtype=torch.float64).softmax(-1)
@@ -117,6 +124,28 @@ def test_walk_custom_op_matches_the_reference_and_the_reference_explicit_powers(
     g = torch.randn_like(fast)
     for a, b in zip(torch.autograd.grad(fast, args, g), torch.autograd.grad(reference, args, g)):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.skipif(fused.WALK_KERNEL is None, reason='the fused CPU kernels are not built')
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32], ids=str)
+def test_walk_fused_passes_equal_the_tensor_ops_with_all_zero_features(dtype, monkeypatch):
+    """An all-zero q_i (ReLU) and an all-zero K (one batch-head) stay zero and get zero or finite
+    gradients the same way in the fused kernels and in the tensor operations; 130 tokens span two
+    row blocks of the kernels."""
+    q, k = torch.rand(2, 3, 130, 8, dtype=dtype), torch.rand(2, 3, 130, 8, dtype=dtype)
+    q[0, 1, 5], k[1, 2] = 0, 0
+    v, w = torch.randn(2, 3, 130, 8, dtype=dtype), torch.rand(2, 3, 130, 3, dtype=dtype).softmax(-1)
+    g = torch.randn(2, 3, 130, 8, dtype=dtype)
+    results = []
+    for kernel in (fused.WALK_KERNEL, None):
+        monkeypatch.setattr(fused, 'WALK_KERNEL', kernel)
+        args = [t.clone().requires_grad_() for t in (q, k, v, w)]
+        out = random_walk(*args, 1e-3)
+        results.append([out, *torch.autograd.grad(out, args, g)])
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-5)
+    for a, b in zip(*results):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, **tol)
 
 
 @pytest.mark.parametrize('weights_shape', [(1, 1, 1, 3), (1, 2, 5, 3)], ids=str)

@@ -1,6 +1,7 @@
 """Fused CPU kernels of the kernel attentions' token-wise parts, as custom ops (``lisa::*``).
 
-``csrc/features_cpu.cpp``, built by ``pip install -e .`` (setup.py). Each op has a fake
+``csrc/features_cpu.cpp`` (and ``csrc/walk_cpu.cpp``, the walk's passes, called inside
+``lisa::random_walk``), built by ``pip install -e .`` (setup.py). Each op has a fake
 implementation and an analytic backward registered as its autograd, so ``torch.compile``
 traces it into one graph. :class:`~.base.KernelAttention` uses them with
 ``implementation='fast'`` on the CPU in float32/float64 (not under autocast) where the
@@ -12,16 +13,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-try:
+try:  # not built: plain tensor operations (same results, slower on the CPU)
     from . import _features_cpu as CPU_KERNEL
-except ImportError:  # not built: plain tensor operations (same results, slower on the CPU)
+except ImportError:
     CPU_KERNEL = None
+try:  # the walk's token-wise passes (csrc/walk_cpu.cpp), used by .walk
+    from . import _walk_cpu as WALK_KERNEL
+except ImportError:
+    WALK_KERNEL = None
 
 
-def available(*tensors: Tensor) -> bool:
-    """Whether the fused CPU kernels can run on ``tensors``: built, CPU, float32/float64, no autocast."""
-    return (CPU_KERNEL is not None and all(t.device.type == 'cpu' and t.dtype in (torch.float32, torch.float64)
-                                           for t in tensors) and not torch.is_autocast_enabled('cpu'))
+def available(*tensors: Tensor, kernel: object = CPU_KERNEL) -> bool:
+    """Whether the fused CPU ``kernel`` (module) can run on ``tensors``: built, CPU, float32/float64,
+    no autocast."""
+    return (kernel is not None and all(t.device.type == 'cpu' and t.dtype in (torch.float32, torch.float64)
+                                       for t in tensors) and not torch.is_autocast_enabled('cpu'))
 
 
 @torch.library.custom_op('lisa::depthwise_conv', mutates_args=(), schema=(
@@ -122,3 +128,21 @@ def kernel_features(qkv: Tensor, pos: Tensor | None, s: Tensor, heads: int, p: f
     (nothing token-sized is kept but ``qkv``)."""
     pos = pos.contiguous() if pos is not None else None
     return torch.ops.lisa.kernel_features(qkv.contiguous(), pos, s.contiguous(), heads, float(p))
+
+
+@torch.library.custom_op('lisa::row_argmax', mutates_args=(), schema='(Tensor x) -> Tensor')
+def _row_argmax(x: Tensor) -> Tensor:
+    if available(x, kernel=WALK_KERNEL):
+        return WALK_KERNEL.row_argmax(x.contiguous())
+    return x.argmax(-1, keepdim=True)
+
+
+@_row_argmax.register_fake
+def _(x):
+    return x.new_empty(x.shape[:-1] + (1,), dtype=torch.long)
+
+
+def row_argmax(x: Tensor) -> Tensor:
+    """``x.argmax(-1, keepdim=True)`` (the first index among equal maxima), by the fused kernel on
+    the CPU: torch's argmax over rows of a head's width is ~10x slower than a pass over them."""
+    return torch.ops.lisa.row_argmax(x)

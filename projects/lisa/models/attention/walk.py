@@ -30,8 +30,13 @@ forward and gradients. T = infinity has one implementation,
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
+
+from . import fused
+from .fused import row_argmax
 
 
 def geometric_weights(beta: float, num_steps: int) -> Tensor:
@@ -115,13 +120,92 @@ def _add_matmul_(out: Tensor, a: Tensor, b: Tensor) -> Tensor:
     return out
 
 
+def _row_dot(a: Tensor, b: Tensor) -> Tensor:
+    """``(a * b).sum(-1)`` as a batched product (no product tensor; ``linalg.vecdot`` makes one)."""
+    return torch.einsum('...i,...i->...', a, b)
+
+
 def _sum_to(x: Tensor, shape: torch.Size) -> Tensor:
     """Sum ``x`` over the dimensions that were broadcast from ``shape`` (same rank)."""
     dims = tuple(i for i, (s, t) in enumerate(zip(shape, x.shape)) if s == 1 and t != 1)
     return x.sum(dims, keepdim=True) if dims else x
 
 
-def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) -> tuple[Tensor, list[Tensor]]:
+def _scaled_features(q: Tensor, k: Tensor, eps: float, kernels: bool) -> list[Tensor]:
+    """``[q_hat, k_bar, mq, mk, c, q_scale, k_scale, mu]`` of :func:`_walk_forward`'s first lines."""
+    if kernels and fused.available(q, k, kernel=fused.WALK_KERNEL):
+        return fused.WALK_KERNEL.walk_prepare(q.contiguous(), k.contiguous(), eps)
+    n = k.shape[-2]
+    s = n ** -0.5
+    sd = torch.promote_types(q.dtype, torch.float32)  # per-token scalars: float32 at least
+    mq = q.amax(dim=-1, keepdim=True).to(sd)                            # (B, h, n, 1)
+    mk = k.amax(dim=(-2, -1), keepdim=True).to(sd)                      # (B, h, 1, 1)
+    k_scale = torch.where(mk > 0, s / mk, 0.0)                          # an all-zero K stays zero
+    k_bar = torch.mul(k, k_scale, out=torch.empty_like(k))
+    mu = k_bar.sum(-2, keepdim=True, dtype=sd) * s                      # (B, h, 1, d), <= 1
+    qmu = q.to(sd) @ mu.transpose(-2, -1)                               # (B, h, n, 1)
+    nonzero = mq > 0
+    c = s / (torch.where(nonzero, qmu / mq, 0.0) + eps)
+    q_scale = torch.where(nonzero, c / mq, 0.0)                         # an all-zero q_i stays zero
+    q_hat = torch.mul(q, q_scale, out=torch.empty_like(q))
+    return [q_hat, k_bar, mq, mk, c, q_scale, k_scale, mu]
+
+
+def _per_token_kernels(kernels: bool, weights: Tensor, *tensors: Tensor) -> bool:
+    """Whether the fused passes of per-token weights ``(B, h, n, T)`` can run."""
+    return (kernels and weights.shape[:-1] == tensors[0].shape[:-1]
+            and fused.available(weights, *tensors, kernel=fused.WALK_KERNEL))
+
+
+def _combine(v: Tensor, hops: Tensor, weights: Tensor, kernels: bool) -> Tensor:
+    """``Y = w_0 v + sum_{t>=1} w_t hop_t`` for per-token weights, ``hops (B, h, n, (T-1) dv)``."""
+    if _per_token_kernels(kernels, weights, v, hops):
+        return fused.WALK_KERNEL.walk_combine(v.contiguous(), hops, weights.contiguous())
+    out = weights[..., :1] * v
+    for t, hop in enumerate(hops.chunk(weights.shape[-1] - 1, dim=-1), start=1):
+        out.addcmul_(weights[..., t:t + 1], hop)
+    return out
+
+
+def _combine_backward(grad: Tensor, v: Tensor, q_hat: Tensor, proj: Tensor, weights: Tensor,
+                      kernels: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Backward of :func:`_combine` with ``hop_t = q_hat M_t``, from ``proj_t = grad M_t^T``:
+    ``[w_1 grad | ... | w_(T-1) grad]`` (for ``d M = q_hat^T (.)``), ``d q_hat = sum_t w_t proj_t``
+    and ``d w``, ``(B, h, n, T)``."""
+    if _per_token_kernels(kernels, weights, grad, v, q_hat, proj):
+        return fused.WALK_KERNEL.walk_combine_backward(grad.contiguous(), v.contiguous(), q_hat, proj,
+                                                      weights.contiguous())
+    steps = weights.shape[-1] - 1
+    w_grad = grad.new_empty(grad.shape[:-1] + (steps * grad.shape[-1],))
+    d_w = [_row_dot(grad, v)]
+    d_q_hat = None
+    for t, (p, wg) in enumerate(zip(proj.chunk(steps, dim=-1), w_grad.chunk(steps, dim=-1)), start=1):
+        w_t = weights[..., t:t + 1]
+        d_w.append(_row_dot(q_hat, p))
+        d_q_hat = p * w_t if d_q_hat is None else d_q_hat.addcmul_(p, w_t)
+        torch.mul(grad, w_t, out=wg)
+    return w_grad, d_q_hat, torch.stack(d_w, dim=-1)
+
+
+def _q_backward(d_q_hat: Tensor, q_hat: Tensor, mu: Tensor, mq: Tensor, c: Tensor, q_scale: Tensor, eps: float,
+                kernels: bool) -> tuple[Tensor, Tensor]:
+    """``(d q, d mu)`` from ``d q_hat`` (overwritten): ``q_hat_i = c_i q_i / mq_i``,
+    ``c_i = s / (q_i.mu / mq_i + eps)``; with ``e_i = -(q_hat_i.d_q_hat_i) / s``,
+    ``d q_i = (c_i / mq_i) (d_q_hat_i + e_i mu)`` (+ ``eps c_i e_i / mq_i`` at the argmax of
+    ``q_i``), ``d mu = sum_i e_i q_hat_i``."""
+    if kernels and fused.available(d_q_hat, q_hat, mu, mq, c, q_scale, kernel=fused.WALK_KERNEL):
+        return d_q_hat, fused.WALK_KERNEL.walk_q_backward(d_q_hat, q_hat, mu, mq, c, q_scale, eps)
+    s = q_hat.shape[-2] ** -0.5
+    e = _row_dot(q_hat, d_q_hat).unsqueeze(-1) * (-1 / s)
+    d_mu = (e.transpose(-2, -1) @ q_hat).to(mu.dtype)
+    d_q = torch.mul(d_q_hat.addcmul_(e, mu.to(e.dtype)), q_scale, out=d_q_hat)
+    # the argmax found now (not saved): q_hat_i is a positive multiple of q_i
+    d_q.scatter_add_(-1, row_argmax(q_hat), (e * c * torch.where(mq > 0, eps / mq, 0.0)).to(d_q.dtype))
+    return d_q, d_mu
+
+
+def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float,
+                  kernels: bool = True) -> tuple[Tensor, list[Tensor]]:
     """The walk of :func:`random_walk`: its output and what :func:`_walk_backward` needs.
 
     Forward, per (batch, head), with ``s = n^-1/2``, ``mq_i = max_c q_ic`` and
@@ -136,23 +220,11 @@ def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) 
     ``q_i`` and of ``K`` except through eps, so the gradient the maxima pass
     on to their argmax is the eps term's, in closed form. Token-sized tensors
     saved: ``q_hat`` and ``k_bar`` beside the inputs ``v`` and the weights.
+    ``kernels``: the token-wise passes by the fused CPU kernels where they
+    can run (:mod:`.fused`); False in the fake implementation.
     """
-    n, d = k.shape[-2:]
-    s = n ** -0.5
-    sd = torch.promote_types(q.dtype, torch.float32)  # per-token scalars: float32 at least
-    mq, arg_q = q.max(dim=-1, keepdim=True)                             # (B, h, n, 1)
-    mk_rows, arg_rows = k.max(dim=-1)
-    mk, arg_n = mk_rows.max(dim=-1, keepdim=True)                       # (B, h, 1)
-    arg_k = arg_n * d + arg_rows.gather(-1, arg_n)                      # flat index into (n, d)
-    mq, mk = mq.to(sd), mk.unsqueeze(-1).to(sd)
-    k_scale = torch.where(mk > 0, s / mk, 0.0)                          # an all-zero K stays zero
-    k_bar = torch.mul(k, k_scale, out=torch.empty_like(k))
-    mu = k_bar.sum(-2, keepdim=True, dtype=sd) * s                      # (B, h, 1, d), <= 1
-    qmu = q.to(sd) @ mu.transpose(-2, -1)                               # (B, h, n, 1)
-    nonzero = mq > 0
-    c = 1 / (n ** 0.5 * (torch.where(nonzero, qmu / mq, 0.0) + eps))
-    q_scale = torch.where(nonzero, c / mq, 0.0)                         # an all-zero q_i stays zero
-    q_hat = torch.mul(q, q_scale, out=torch.empty_like(q))
+    saved = _scaled_features(q, k, eps, kernels)
+    q_hat, k_bar = saved[:2]
     kt = k_bar.transpose(-2, -1)
     a, m = kt @ q_hat, [kt @ v]
     for _ in range(weights.shape[-1] - 2):
@@ -161,18 +233,15 @@ def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) 
     if weights.shape[-2] == 1:  # the same weights for every token: fold them
         out = (q_hat @ (weights[..., 0, 1:, None, None] * m).sum(-3)).addcmul_(weights[..., :1], v)
     else:
-        hops = q_hat @ m.transpose(-3, -2).flatten(-2)                 # (B, h, n, (T-1) dv)
-        out = weights[..., :1] * v
-        for t, hop in enumerate(hops.chunk(m.shape[-3], dim=-1), start=1):
-            out.addcmul_(weights[..., t:t + 1], hop)
-    return out, [q_hat, k_bar, mq, arg_q, mk, arg_k, c, q_scale, k_scale, mu, a, m]
+        out = _combine(v, q_hat @ m.transpose(-3, -2).flatten(-2), weights, kernels)
+    return out, [*saved, a, m]
 
 
-def _walk_backward(grad: Tensor, v: Tensor, weights: Tensor, saved: list[Tensor], eps: float) -> list[Tensor]:
+def _walk_backward(grad: Tensor, v: Tensor, weights: Tensor, saved: list[Tensor], eps: float,
+                   kernels: bool = True) -> list[Tensor]:
     """Gradients of :func:`_walk_forward`'s output with respect to ``q, k, v, weights``."""
-    q_hat, k_bar, mq, arg_q, mk, arg_k, c, q_scale, k_scale, mu, a, m = saved
-    n, d = k_bar.shape[-2:]
-    s = n ** -0.5
+    q_hat, k_bar, mq, mk, c, q_scale, k_scale, mu, a, m = saved
+    s = k_bar.shape[-2] ** -0.5
     steps = m.shape[-3]  # T - 1
     # Y = w_0 v + sum_t w_t q_hat M_t  ->  d q_hat, d M_t, d w
     if weights.shape[-2] == 1:
@@ -183,15 +252,7 @@ def _walk_backward(grad: Tensor, v: Tensor, weights: Tensor, saved: list[Tensor]
                          (d_m_w.unsqueeze(-3) * m).sum((-2, -1))], dim=-1).unsqueeze(-2)
     else:
         proj = grad @ m.transpose(-2, -1).transpose(-3, -2).flatten(-2)  # (B, h, n, (T-1) d)
-        w_grad = grad.new_empty(grad.shape[:-1] + (steps * grad.shape[-1],))
-        d_w = [torch.linalg.vecdot(grad, v)]
-        d_q_hat = None
-        for t, (p, wg) in enumerate(zip(proj.chunk(steps, dim=-1), w_grad.chunk(steps, dim=-1)), start=1):
-            w_t = weights[..., t:t + 1]
-            d_w.append(torch.linalg.vecdot(q_hat, p))
-            d_q_hat = p * w_t if d_q_hat is None else d_q_hat.addcmul_(p, w_t)
-            torch.mul(grad, w_t, out=wg)
-        d_w = torch.stack(d_w, dim=-1)
+        w_grad, d_q_hat, d_w = _combine_backward(grad, v, q_hat, proj, weights, kernels)
         d_m = (q_hat.transpose(-2, -1) @ w_grad).unflatten(-1, (steps, -1)).transpose(-3, -2)
     d_weights = _sum_to(d_w, weights.shape)
     # M_(t+1) = A M_t
@@ -204,17 +265,12 @@ def _walk_backward(grad: Tensor, v: Tensor, weights: Tensor, saved: list[Tensor]
     _add_matmul_(d_q_hat, k_bar, d_a)
     d_v = _add_matmul_(torch.mul(grad, weights[..., :1], out=grad.new_empty(grad.shape)), k_bar, d_m[0])
     d_k_bar = _add_matmul_(q_hat @ d_a.transpose(-2, -1), v, d_m[0].transpose(-2, -1))
-    # q_hat_i = c_i q_i / mq_i, c_i = s / (q_i.mu / mq_i + eps): with e_i = -(q_hat_i.d_q_hat_i) / s,
-    # d q_i = (c_i / mq_i) (d_q_hat_i + e_i mu), d mu = sum_i e_i q_hat_i, d mq_i = eps c_i e_i / mq_i
-    e = torch.linalg.vecdot(q_hat, d_q_hat).unsqueeze(-1) * (-1 / s)
-    d_mu = (e.transpose(-2, -1) @ q_hat).to(mu.dtype)
-    d_q = torch.mul(d_q_hat.addcmul_(e, mu.to(e.dtype)), q_scale, out=d_q_hat)
-    d_q.scatter_add_(-1, arg_q, (e * c * torch.where(mq > 0, eps / mq, 0.0)).to(d_q.dtype))
+    d_q, d_mu = _q_backward(d_q_hat, q_hat, mu, mq, c, q_scale, eps, kernels)
     # k_bar = k s / mk, mu = s sum_j k_bar_j: sum(d_k_bar * k_bar) from the d x d products
     d_mk = -torch.where(mk > 0, ((d_a * a).sum((-2, -1), keepdim=True) + (d_m[0] * m[..., 0, :, :]).sum(
         (-2, -1), keepdim=True) + (d_mu * mu).sum((-2, -1), keepdim=True)) / mk, 0.0)
-    d_k = torch.mul(d_k_bar.add_((d_mu * s).to(d_k_bar.dtype)), k_scale, out=d_k_bar)
-    d_k.flatten(-2).scatter_add_(-1, arg_k, d_mk.flatten(-2).to(d_k.dtype))
+    d_k = torch.addcmul((d_mu * (s * k_scale)).to(d_k_bar.dtype), d_k_bar, k_scale, out=d_k_bar)
+    d_k.flatten(-2).scatter_add_(-1, row_argmax(k_bar.flatten(-2)), d_mk.flatten(-2).to(d_k.dtype))
     return [d_q, d_k, d_v, d_weights]
 
 
@@ -233,13 +289,13 @@ def _backward(ctx, grad: Tensor, _: list) -> tuple:
 
 
 # The fast path as custom ops (opaque to torch.compile, with autograd); their fake
-# implementations are the same code, run on fake tensors (every op it uses has one).
+# implementations are the same code without the fused kernels, run on fake tensors.
 _forward_op = torch.library.custom_op('lisa::random_walk', _walk_forward, mutates_args=(), schema=(
     '(Tensor q, Tensor k, Tensor v, Tensor weights, float eps) -> (Tensor, Tensor[])'))
 _backward_op = torch.library.custom_op('lisa::random_walk_backward', _walk_backward, mutates_args=(), schema=(
     '(Tensor grad, Tensor v, Tensor weights, Tensor[] saved, float eps) -> Tensor[]'))
-_forward_op.register_fake(_walk_forward)
-_backward_op.register_fake(_walk_backward)
+_forward_op.register_fake(functools.partial(_walk_forward, kernels=False))
+_backward_op.register_fake(functools.partial(_walk_backward, kernels=False))
 _forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 
