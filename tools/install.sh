@@ -60,7 +60,7 @@ log "projects.lisa (editable, with its CPU kernels: a minute or two to compile)"
 pip_install --no-deps --no-build-isolation -e "${ROOT}"
 
 "${PY}" -W ignore -c "import mmcv.ops, mmseg, mmdet, mmpretrain, mim, projects.lisa.models.attention._neighbourhood_cpu, \
-projects.lisa.models.attention._features_cpu" \
+projects.lisa.models.attention._features_cpu, projects.lisa.models.attention._walk_cpu" \
     || { log "import check failed"; exit 1; }
 echo "${digest}" > "${STAMP}"
 log "done: ${VENV}"
