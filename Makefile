@@ -13,9 +13,10 @@ demo: install
 test: install
 	$(PY) -m pytest tests -q
 
-# The edit loop: everything but the tests marked slow (end-to-end runs, big inputs).
+# The edit loop: everything but the tests marked slow (end-to-end runs, big inputs), one worker
+# process per core (pytest-xdist).
 test-fast: install
-	$(PY) -m pytest tests -q -m 'not slow'
+	$(PY) -m pytest tests -q -m 'not slow' -n auto
 
 lint: install
 	$(PY) -m ruff check .
