@@ -111,7 +111,7 @@ def test_fused_cpu_ops_count_as_the_code_they_replace(cfg, monkeypatch):
     """The fused depthwise conv, kernel features and walk passes count as the code they replace."""
     counts, available = [], fused.available
     for use_fused in (True, False):
-        monkeypatch.setattr(fused, 'available', lambda *tensors, use=use_fused, **kw: use and available(*tensors, **kw))
+        monkeypatch.setattr(fused, 'available', lambda *args, use=use_fused: use and available(*args))
         attn = build_attention(cfg, 16, 2, pos_shape=(3, 3), num_prefix_tokens=1)
         result = model_complexity(OnGrid(attn, (3, 3)), (torch.randn(1, 10, 16),))
         counts.append((result.flops, dict(result.by_operator)))

@@ -291,7 +291,7 @@ class KernelAttention(nn.Module):
     def features(self, x: Tensor, hw_shape: Sequence[int]) -> tuple[Tensor, Tensor, Tensor]:
         """Non-negative ``q, k`` and ``v``, each ``(B, h, N, d)``."""
         if (self.implementation == 'fast' and self.focusing_factor is not None and self.feature_map == 'relu'
-                and fused.available(x, self.qkv.weight)):
+                and fused.available(fused.CPU_KERNEL, x, self.qkv.weight)):
             pos = self.positional_encoding(hw_shape) if self.positional_encoding is not None else None
             return fused.kernel_features(self.qkv(x), pos, F.softplus(self.scale).flatten(), self.num_heads,
                                          self.focusing_factor)
@@ -313,7 +313,7 @@ class KernelAttention(nn.Module):
         """Depthwise conv of the grid values; prefix tokens get zero. ``(B, h, N, d)``."""
         b, h, n, d = v.shape
         p = self.num_prefix_tokens
-        if self.implementation == 'fast' and fused.available(v, self.dwc.weight):
+        if self.implementation == 'fast' and fused.available(fused.CPU_KERNEL, v, self.dwc.weight):
             # channels-last on the tokens themselves; mkldnn's depthwise backward is slow on the CPU
             out = fused.depthwise_conv(v.reshape(b * h, n, d), self.dwc.weight, self.dwc.bias, hw_shape, p)
             return out.view(b, h, n, d)

@@ -23,9 +23,9 @@ except ImportError:
     WALK_KERNEL = None
 
 
-def available(*tensors: Tensor, kernel: object = CPU_KERNEL) -> bool:
-    """Whether the fused CPU ``kernel`` (module) can run on ``tensors``: built, CPU, float32/float64,
-    no autocast."""
+def available(kernel: object, *tensors: Tensor) -> bool:
+    """Whether the fused CPU ``kernel`` (:data:`CPU_KERNEL` or :data:`WALK_KERNEL`, read by the caller,
+    None where not built) can run on ``tensors``: CPU, float32/float64, no autocast."""
     return (kernel is not None and all(t.device.type == 'cpu' and t.dtype in (torch.float32, torch.float64)
                                        for t in tensors) and not torch.is_autocast_enabled('cpu'))
 
@@ -132,7 +132,7 @@ def kernel_features(qkv: Tensor, pos: Tensor | None, s: Tensor, heads: int, p: f
 
 @torch.library.custom_op('lisa::row_argmax', mutates_args=(), schema='(Tensor x) -> Tensor')
 def _row_argmax(x: Tensor) -> Tensor:
-    if available(x, kernel=WALK_KERNEL):
+    if available(WALK_KERNEL, x):
         return WALK_KERNEL.row_argmax(x.contiguous())
     return x.argmax(-1, keepdim=True)
 

@@ -36,7 +36,6 @@ import torch
 from torch import Tensor
 
 from . import fused
-from .fused import row_argmax
 
 
 def geometric_weights(beta: float, num_steps: int) -> Tensor:
@@ -133,7 +132,7 @@ def _sum_to(x: Tensor, shape: torch.Size) -> Tensor:
 
 def _scaled_features(q: Tensor, k: Tensor, eps: float, kernels: bool) -> list[Tensor]:
     """``[q_hat, k_bar, mq, mk, c, q_scale, k_scale, mu]`` of :func:`_walk_forward`'s first lines."""
-    if kernels and fused.available(q, k, kernel=fused.WALK_KERNEL):
+    if kernels and fused.available(fused.WALK_KERNEL, q, k):
         return fused.WALK_KERNEL.walk_prepare(q.contiguous(), k.contiguous(), eps)
     n = k.shape[-2]
     s = n ** -0.5
@@ -154,7 +153,7 @@ def _scaled_features(q: Tensor, k: Tensor, eps: float, kernels: bool) -> list[Te
 def _per_token_kernels(kernels: bool, weights: Tensor, *tensors: Tensor) -> bool:
     """Whether the fused passes of per-token weights ``(B, h, n, T)`` can run."""
     return (kernels and weights.shape[:-1] == tensors[0].shape[:-1]
-            and fused.available(weights, *tensors, kernel=fused.WALK_KERNEL))
+            and fused.available(fused.WALK_KERNEL, weights, *tensors))
 
 
 def _combine(v: Tensor, hops: Tensor, weights: Tensor, kernels: bool) -> Tensor:
@@ -193,14 +192,14 @@ def _q_backward(d_q_hat: Tensor, q_hat: Tensor, mu: Tensor, mq: Tensor, c: Tenso
     ``c_i = s / (q_i.mu / mq_i + eps)``; with ``e_i = -(q_hat_i.d_q_hat_i) / s``,
     ``d q_i = (c_i / mq_i) (d_q_hat_i + e_i mu)`` (+ ``eps c_i e_i / mq_i`` at the argmax of
     ``q_i``), ``d mu = sum_i e_i q_hat_i``."""
-    if kernels and fused.available(d_q_hat, q_hat, mu, mq, c, q_scale, kernel=fused.WALK_KERNEL):
+    if kernels and fused.available(fused.WALK_KERNEL, d_q_hat, q_hat, mu, mq, c, q_scale):
         return d_q_hat, fused.WALK_KERNEL.walk_q_backward(d_q_hat, q_hat, mu, mq, c, q_scale, eps)
     s = q_hat.shape[-2] ** -0.5
     e = _row_dot(q_hat, d_q_hat).unsqueeze(-1) * (-1 / s)
     d_mu = (e.transpose(-2, -1) @ q_hat).to(mu.dtype)
     d_q = torch.mul(d_q_hat.addcmul_(e, mu.to(e.dtype)), q_scale, out=d_q_hat)
     # the argmax found now (not saved): q_hat_i is a positive multiple of q_i
-    d_q.scatter_add_(-1, row_argmax(q_hat), (e * c * torch.where(mq > 0, eps / mq, 0.0)).to(d_q.dtype))
+    d_q.scatter_add_(-1, fused.row_argmax(q_hat), (e * c * torch.where(mq > 0, eps / mq, 0.0)).to(d_q.dtype))
     return d_q, d_mu
 
 
@@ -270,7 +269,7 @@ def _walk_backward(grad: Tensor, v: Tensor, weights: Tensor, saved: list[Tensor]
     d_mk = -torch.where(mk > 0, ((d_a * a).sum((-2, -1), keepdim=True) + (d_m[0] * m[..., 0, :, :]).sum(
         (-2, -1), keepdim=True) + (d_mu * mu).sum((-2, -1), keepdim=True)) / mk, 0.0)
     d_k = torch.addcmul((d_mu * (s * k_scale)).to(d_k_bar.dtype), d_k_bar, k_scale, out=d_k_bar)
-    d_k.flatten(-2).scatter_add_(-1, row_argmax(k_bar.flatten(-2)), d_mk.flatten(-2).to(d_k.dtype))
+    d_k.flatten(-2).scatter_add_(-1, fused.row_argmax(k_bar.flatten(-2)), d_mk.flatten(-2).to(d_k.dtype))
     return [d_q, d_k, d_v, d_weights]
 
 

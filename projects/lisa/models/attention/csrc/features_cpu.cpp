@@ -242,13 +242,6 @@ LISA_INLINE V power_less_one_vec(V u, T p) {
   return out;
 }
 
-template <typename T, typename V>
-LISA_INLINE T lane_sum(V x) {
-  T t = 0;
-  for (int64_t l = 0; l < Lanes<T>::n; ++l) t += x[l];
-  return t;
-}
-
 // x = (relu(r (+ e)) + 1e-6) / s over the C channels of one token; returns m = max(x).
 template <typename T>
 LISA_INLINE T prepare_row(const T* r, const T* e, const T* s, T* x, int64_t c_all) {
@@ -288,7 +281,7 @@ LISA_INLINE void features_row(const T* r, const T* e, const T* s, T* out, T* x, 
     vsup += up * up;
     L::store(x + c, up);
   }
-  T su = lane_sum<T>(vsu), sup = lane_sum<T>(vsup);
+  T su = L::sum(vsu), sup = L::sum(vsup);
   for (; c < c_all; ++c) {
     const T u = x[c] / m, up = power<P>(u, p);
     su += u * u;
@@ -321,7 +314,7 @@ LISA_INLINE void features_grad_row(const T* r, const T* e, const T* s, const T* 
     vsup += up * up;
     vh += L::load(g + c) * up;
   }
-  T su = lane_sum<T>(vsu), sup = lane_sum<T>(vsup), h = lane_sum<T>(vh);
+  T su = L::sum(vsu), sup = L::sum(vsup), h = L::sum(vh);
   for (int64_t cc = c; cc < c_all; ++cc) {
     const T uc = x[cc] / m, up = power<P>(uc, p);
     u[cc] = uc;
