@@ -344,7 +344,7 @@ LISA_INLINE void features_grad_row(const T* r, const T* e, const T* s, const T* 
 
 // Rows [row0, row1) of the features (q and k of each token): forward.
 template <int P, typename T>
-LISA_CLONES void features_rows(const T* qkv, const T* pos, const T* s, T* q, T* k, T* x, int64_t row0,
+LISA_CLONES void features_rows(const T* qkv, const T* pos, const T* s, T* q, T* k, T* v, T* x, int64_t row0,
                                int64_t row1, int64_t n, int64_t heads, int64_t d, T p) {
   const int64_t c_all = heads * d;
   for (int64_t row = row0; row < row1; ++row) {
@@ -352,14 +352,15 @@ LISA_CLONES void features_rows(const T* qkv, const T* pos, const T* s, T* q, T* 
     const T* r = qkv + row * 3 * c_all;
     features_row<P>(r, static_cast<const T*>(nullptr), s, q + o, x, c_all, d, n * d, p);
     features_row<P>(r + c_all, pos != nullptr ? pos + t * c_all : nullptr, s, k + o, x, c_all, d, n * d, p);
+    for (int64_t h = 0; h < heads; ++h) std::copy_n(r + 2 * c_all + h * d, d, v + o + h * n * d);
   }
 }
 
 // Rows [row0, row1): backward into d_qkv's q and k columns, ds accumulated.
 template <int P, typename T>
-LISA_CLONES void features_grad_rows(const T* qkv, const T* pos, const T* s, const T* gq, const T* gk, T* dqkv,
-                                    T* ds, T* x, T* u, T* g, int64_t row0, int64_t row1, int64_t n, int64_t heads,
-                                    int64_t d, T p) {
+LISA_CLONES void features_grad_rows(const T* qkv, const T* pos, const T* s, const T* gq, const T* gk, const T* gv,
+                                    T* dqkv, T* ds, T* x, T* u, T* g, int64_t row0, int64_t row1, int64_t n,
+                                    int64_t heads, int64_t d, T p) {
   const int64_t c_all = heads * d;
   for (int64_t row = row0; row < row1; ++row) {
     const int64_t i = row / n, t = row % n, o = i * heads * n * d + t * d;
@@ -368,6 +369,7 @@ LISA_CLONES void features_grad_rows(const T* qkv, const T* pos, const T* s, cons
     features_grad_row<P>(r, static_cast<const T*>(nullptr), s, gq + o, dr, ds, x, u, g, c_all, d, n * d, p);
     features_grad_row<P>(r + c_all, pos != nullptr ? pos + t * c_all : nullptr, s, gk + o, dr + c_all, ds, x, u, g,
                          c_all, d, n * d, p);
+    for (int64_t h = 0; h < heads; ++h) std::copy_n(gv + o + h * n * d, d, dr + 2 * c_all + h * d);
   }
 }
 
@@ -406,11 +408,10 @@ std::vector<at::Tensor> features_forward(const at::Tensor& qkv, const c10::optio
   check_features(qkv, pos, s, heads);
   const int64_t b = qkv.size(0), n = qkv.size(1), c_all = qkv.size(2) / 3, d = c_all / heads;
   auto q = at::empty({b, heads, n, d}, qkv.options()), k = at::empty_like(q), v = at::empty_like(q);
-  v.copy_(qkv.narrow(2, 2 * c_all, c_all).view({b, n, heads, d}).transpose(1, 2));  // a copy even when empty
   AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "features_cpu_forward", [&] {
     const scalar_t *rp = qkv.data_ptr<scalar_t>(), *sp = s.data_ptr<scalar_t>();
     const scalar_t* ep = pos.has_value() ? pos->data_ptr<scalar_t>() : nullptr;
-    scalar_t *qp = q.data_ptr<scalar_t>(), *kp = k.data_ptr<scalar_t>();
+    scalar_t *qp = q.data_ptr<scalar_t>(), *kp = k.data_ptr<scalar_t>(), *vp = v.data_ptr<scalar_t>();
     const int64_t blocks = (b * n + kRowBlock - 1) / kRowBlock;
     const auto pv = static_cast<scalar_t>(p);
     at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
@@ -418,11 +419,11 @@ std::vector<at::Tensor> features_forward(const at::Tensor& qkv, const c10::optio
       std::vector<scalar_t> x(c_all);
       const int64_t row0 = begin * kRowBlock, row1 = std::min(b * n, end * kRowBlock);
       if (p == 3)
-        features_rows<3>(rp, ep, sp, qp, kp, x.data(), row0, row1, n, heads, d, pv);
+        features_rows<3>(rp, ep, sp, qp, kp, vp, x.data(), row0, row1, n, heads, d, pv);
       else if (p == 2)
-        features_rows<2>(rp, ep, sp, qp, kp, x.data(), row0, row1, n, heads, d, pv);
+        features_rows<2>(rp, ep, sp, qp, kp, vp, x.data(), row0, row1, n, heads, d, pv);
       else
-        features_rows<0>(rp, ep, sp, qp, kp, x.data(), row0, row1, n, heads, d, pv);
+        features_rows<0>(rp, ep, sp, qp, kp, vp, x.data(), row0, row1, n, heads, d, pv);
     });
   });
   return {q, k, v};
@@ -439,13 +440,12 @@ std::vector<at::Tensor> features_backward(const at::Tensor& gq, const at::Tensor
                     g->scalar_type() == qkv.scalar_type(),
                 "features_cpu: gradients must be contiguous (B, heads, N, d)");
   auto dqkv = at::empty_like(qkv);
-  dqkv.narrow(2, 2 * c_all, c_all).view({b, n, heads, d}).copy_(gv.transpose(1, 2));
   const int64_t blocks = (b * n + kRowBlock - 1) / kRowBlock;
   auto ds_blocks = at::zeros({blocks, c_all}, qkv.options());
   AT_DISPATCH_FLOATING_TYPES(qkv.scalar_type(), "features_cpu_backward", [&] {
     const scalar_t *rp = qkv.data_ptr<scalar_t>(), *sp = s.data_ptr<scalar_t>();
     const scalar_t* ep = pos.has_value() ? pos->data_ptr<scalar_t>() : nullptr;
-    const scalar_t *gqp = gq.data_ptr<scalar_t>(), *gkp = gk.data_ptr<scalar_t>();
+    const scalar_t *gqp = gq.data_ptr<scalar_t>(), *gkp = gk.data_ptr<scalar_t>(), *gvp = gv.data_ptr<scalar_t>();
     scalar_t *dp = dqkv.data_ptr<scalar_t>(), *dsp = ds_blocks.data_ptr<scalar_t>();
     const auto pv = static_cast<scalar_t>(p);
     at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
@@ -455,11 +455,11 @@ std::vector<at::Tensor> features_backward(const at::Tensor& gq, const at::Tensor
         const int64_t row0 = blk * kRowBlock, row1 = std::min(b * n, (blk + 1) * kRowBlock);
         scalar_t* ds = dsp + blk * c_all;
         if (p == 3)
-          features_grad_rows<3>(rp, ep, sp, gqp, gkp, dp, ds, x.data(), u.data(), g.data(), row0, row1, n, heads, d, pv);
+          features_grad_rows<3>(rp, ep, sp, gqp, gkp, gvp, dp, ds, x.data(), u.data(), g.data(), row0, row1, n, heads, d, pv);
         else if (p == 2)
-          features_grad_rows<2>(rp, ep, sp, gqp, gkp, dp, ds, x.data(), u.data(), g.data(), row0, row1, n, heads, d, pv);
+          features_grad_rows<2>(rp, ep, sp, gqp, gkp, gvp, dp, ds, x.data(), u.data(), g.data(), row0, row1, n, heads, d, pv);
         else
-          features_grad_rows<0>(rp, ep, sp, gqp, gkp, dp, ds, x.data(), u.data(), g.data(), row0, row1, n, heads, d, pv);
+          features_grad_rows<0>(rp, ep, sp, gqp, gkp, gvp, dp, ds, x.data(), u.data(), g.data(), row0, row1, n, heads, d, pv);
       }
     });
   });
