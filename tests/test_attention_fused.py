@@ -131,3 +131,38 @@ def test_row_argmax_is_the_first_index_of_each_row_maximum(dtype, length):
 
 def test_row_argmax_custom_op_passes_opcheck():
     torch.library.opcheck(torch.ops.lisa.row_argmax.default, (torch.randn(4, 7, 33),))
+
+
+@pytest.mark.parametrize('kernel', [True, False], ids=['kernel', 'tensor-ops'])
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize('shape,steps', [((2, 3, 300, 64), 3), ((1, 1, 129, 7), 5), ((5, 1), 1), ((0, 8), 2)], ids=str)
+def test_step_head_is_the_softmax_of_a_linear_layer_in_value_and_gradients(monkeypatch, kernel, dtype, shape, steps):
+    """``fused.step_head`` (Eq. 10's output layer and softmax over T) against ``F.linear(...).softmax(-1)``,
+    rows in several blocks with a remainder, widths off the vector lanes, logits of +-400 (no overflow)."""
+    if not kernel:
+        monkeypatch.setattr(fused, 'WALK_KERNEL', None)
+    g = torch.randn(shape, dtype=dtype, requires_grad=True)
+    weight = (torch.randn(steps, shape[-1], dtype=dtype) * 3).requires_grad_()
+    bias = torch.randn(steps, dtype=dtype, requires_grad=True)
+    with torch.no_grad():
+        g[..., :4, :] *= 50 if len(shape) > 2 else 1
+    dw = torch.randn(shape[:-1] + (steps,), dtype=dtype)
+    got = fused.step_head(g, weight, bias)
+    want = F.linear(g, weight, bias).softmax(-1)
+    # float32: logits of size ~25 carry rounding of ~25 eps into the exponentials
+    tol = dict(rtol=1e-10, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-5)
+    assert got.shape == want.shape and torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, **tol)
+    if g.numel():
+        for a, b in zip(torch.autograd.grad(got, (g, weight, bias), dw), torch.autograd.grad(want, (g, weight, bias), dw)):
+            torch.testing.assert_close(a, b, **tol)
+
+
+def test_step_head_custom_ops_pass_opcheck():
+    """Schema, fake implementation, autograd registration and dynamic-shape tracing of ``lisa::step_head``."""
+    g = torch.randn(2, 33, 6, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    torch.library.opcheck(torch.ops.lisa.step_head.default, (g, weight, bias))
+    w = fused.step_head(g, weight, bias).detach()
+    torch.library.opcheck(torch.ops.lisa.step_head_backward.default, (torch.randn_like(w), g.detach(), weight.detach(), w))

@@ -130,6 +130,50 @@ def kernel_features(qkv: Tensor, pos: Tensor | None, s: Tensor, heads: int, p: f
     return torch.ops.lisa.kernel_features(qkv.contiguous(), pos, s.contiguous(), heads, float(p))
 
 
+@torch.library.custom_op('lisa::step_head', mutates_args=(), schema='(Tensor g, Tensor weight, Tensor bias) -> Tensor')
+def _step_head(g: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    return WALK_KERNEL.step_head_forward(g, weight, bias)
+
+
+@torch.library.custom_op('lisa::step_head_backward', mutates_args=(), schema=(
+    '(Tensor grad, Tensor g, Tensor weight, Tensor w) -> (Tensor, Tensor, Tensor)'))
+def _step_head_backward(grad: Tensor, g: Tensor, weight: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    return tuple(WALK_KERNEL.step_head_backward(grad, g, weight, w))
+
+
+@_step_head.register_fake
+def _(g, weight, bias):
+    return g.new_empty(g.shape[:-1] + weight.shape[:1])
+
+
+@_step_head_backward.register_fake
+def _(grad, g, weight, w):
+    return torch.empty_like(g), torch.empty_like(weight), weight.new_empty(weight.shape[:1])
+
+
+def _step_head_setup(ctx, inputs: tuple, output: Tensor) -> None:
+    g, weight, _ = inputs
+    ctx.save_for_backward(g, weight, output)
+
+
+def _step_head_grad(ctx, grad: Tensor) -> tuple:
+    return _step_head_backward(grad.contiguous(), *ctx.saved_tensors)
+
+
+_step_head.register_autograd(_step_head_grad, setup_context=_step_head_setup)
+
+
+def step_head(g: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """``softmax(g W^T + b, -1)``, ``g (..., d)``, ``W (T, d)``: the step MLP's output layer and the
+    softmax over the T steps (Eq. 10) in one pass over the rows, forward and backward, by the fused
+    CPU kernel where it can run. Elsewhere the logits are formed as ``(T, rows)``: a softmax over a
+    last dimension of size T is slow on the CPU."""
+    if available(WALK_KERNEL, g, weight, bias):
+        return torch.ops.lisa.step_head(g.contiguous(), weight.contiguous(), bias.contiguous())
+    logits = torch.addmm(bias[:, None], weight, g.reshape(-1, g.shape[-1]).T)
+    return logits.softmax(dim=0).T.reshape(*g.shape[:-1], weight.shape[0])
+
+
 @torch.library.custom_op('lisa::row_argmax', mutates_args=(), schema='(Tensor x) -> Tensor')
 def _row_argmax(x: Tensor) -> Tensor:
     if available(WALK_KERNEL, x):
