@@ -39,13 +39,28 @@ def test_dense_table_gives_ratios_to_softmax_and_flatten_of_the_same_family():
     assert 'train step 512×512 ms (CPU / wall)' in lines['model'][2] and '512×2048' in lines['model'][3]
 
 
+def test_dense_table_of_several_processes_gives_the_median_and_range_of_their_ratios():
+    args = benchmark_model.parse_args(['--dense', '--processes', '3'])
+    runs = [[row('pvt', 'PVT-T', (100, 100), (10, 10)), row('pvt', 'FLatten-PVT-T', (100, 100), (10, 10)),
+             row('pvt', 'LiSA-PVT-T', (lisa, 100), (10, 10))] for lisa in (104, 110, 101)]
+    runs[1][1]['train_cpu_ms'] = 200  # FLatten slow in the second process: LiSA / FLatten 0.55 there
+    rows = benchmark_model.merge_processes(runs)
+    assert [r['train_cpu_ms'] for r in rows] == [100, 100, 104] and len(rows[2]['processes']) == 3
+    lines = {line.split(' | ')[0][2:]: line.split(' | ') for line in benchmark_model.dense_table(rows, args).split('\n')}
+    # train / softmax: 1.04, 1.10, 1.01; train / FLatten: 1.04, 0.55, 1.01 (not 104 / 100)
+    assert lines['LiSA-PVT-T'][4:6] == ['1.04x (1.01–1.10) / 1.00x (1.00–1.00)', '1.01x (0.55–1.04) / 1.00x (1.00–1.00)']
+
+
 @pytest.mark.slow
 def test_dense_benchmark_times_the_three_pvt_models_and_writes_the_markdown(tmp_path):
     benchmark_model.main(['--dense', '--families', 'pvt', '--train-size', '64', '64', '--infer-size', '64', '96',
                           '--repeats', '1', '--warmup', '1', '--threads', '1', '--out', str(tmp_path),
-                          '--markdown', str(tmp_path / 'docs' / 'dense.md')])
+                          '--processes', '2', '--markdown', str(tmp_path / 'docs' / 'dense.md')])
     rows = json.loads((tmp_path / 'benchmark_dense.json').read_text())['rows']
     assert [r['model'] for r in rows] == ['PVT-T', 'FLatten-PVT-T', 'LiSA-PVT-T']
+    for i in range(2):  # each process wrote its own rows
+        own = json.loads((tmp_path / f'process{i}' / 'benchmark_dense.json').read_text())['rows']
+        assert [r['processes'][i] for r in rows] == own
     assert all(r[f'{k}_{c}_ms'] > 0 for r in rows for k in ('train', 'infer') for c in ('cpu', 'wall'))
     table = (tmp_path / 'docs' / 'dense.md').read_text()
     assert table == (tmp_path / 'benchmark_dense.md').read_text()
@@ -70,6 +85,7 @@ def test_dense_parts_are_the_configs_backbone_and_neck():
 @pytest.mark.parametrize('argv, message', [
     (['--dense', '--train-size', '16', '512'], '--train-size=[16, 512]: both sides must be >= 32'),
     (['--dense', '--batch', '0'], '--batch=0 must be >= 1'),
+    (['--dense', '--processes', '0'], '--processes=0 must be >= 1'),
 ])
 def test_dense_options_refuse_bad_values_naming_them(argv, message, capsys):
     with pytest.raises(SystemExit):

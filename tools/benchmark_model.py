@@ -38,7 +38,13 @@ LiSA-Swin-T. Per model, wall time and process CPU time of
 
 The three models of a family take turns run by run (so ratios stay fair on
 a shared machine); the table gives each time and its ratios to the softmax
-model and to FLatten of the same family, ``CPU / wall``.
+model and to FLatten of the same family, ``CPU / wall``. How fast a model runs
+also depends on where its buffers land in memory, which is fixed for the life
+of a process: one model's time can move by far more from one process to the
+next than between the runs of one process. With
+``--processes N`` the measurement runs in N fresh interpreters one after
+another; each time is then the median over the processes and each ratio the
+median of the processes' own ratios, with their range.
 
 DeiT-T needs torch alone (and matplotlib for the plot); ``--dense`` needs
 mmengine, mmcv and mmseg. Runs on the CPU and on
@@ -54,6 +60,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -215,8 +224,23 @@ def measure_dense(family: str, args, device: torch.device) -> list[dict]:
              **{f'infer_{c}_ms': 1e3 * t for c, t in infer[name].items()}} for name in configs]
 
 
+TIMES = tuple(f'{kind}_{clock}_ms' for kind in ('train', 'infer') for clock in ('cpu', 'wall'))
+
+
+def merge_processes(runs: list[list[dict]]) -> list[dict]:
+    """One row per model from the rows of several processes (same models, same order): each time
+    the median over the processes, the processes' own rows under ``'processes'``."""
+    merged = []
+    for rows in zip(*runs):
+        merged.append({**rows[0], **{t: statistics.median(r[t] for r in rows) for t in TIMES},
+                       'processes': list(rows)})
+    return merged
+
+
 def dense_table(rows: list[dict], args) -> str:
-    """Markdown table: times (CPU / wall) and their ratios to the softmax model and to FLatten."""
+    """Markdown table: times (CPU / wall) and their ratios to the softmax model and to FLatten; for rows
+    of several processes (:func:`merge_processes`) each ratio is the median of the processes' ratios,
+    their range in brackets."""
     train, infer = '×'.join(map(str, args.train_size)), '×'.join(map(str, args.infer_size))
     lines = [f'| model | measured | train step {train} ms (CPU / wall) | inference {infer} ms (CPU / wall) '
              '| train / softmax | train / FLatten | inference / softmax | inference / FLatten |',
@@ -229,8 +253,15 @@ def dense_table(rows: list[dict], args) -> str:
             return ' / '.join(fmt.format(r[f'{kind}_{c}_ms']) for c in ('cpu', 'wall'))
 
         def ratio(r, ref, kind):
-            return ' / '.join(f"{r[f'{kind}_{c}_ms'] / ref[f'{kind}_{c}_ms']:.2f}x"
-                              for c in ('cpu', 'wall')) if ref is not None else '-'
+            if ref is None:
+                return '-'
+            cells = []
+            for c in ('cpu', 'wall'):
+                key = f'{kind}_{c}_ms'
+                each = [a[key] / b[key] for a, b in zip(r.get('processes', [r]), ref.get('processes', [ref]))]
+                spread = f' ({min(each):.2f}–{max(each):.2f})' if len(each) > 1 else ''
+                cells.append(f'{statistics.median(each):.2f}x{spread}')
+            return ' / '.join(cells)
 
         for r in rs:
             lines.append(f"| {r['model']} | {r['measured']} | {cell(r, 'train')} | {cell(r, 'infer')} | "
@@ -262,6 +293,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     dense.add_argument('--train-size', type=int, nargs=2, default=[512, 512], metavar=('H', 'W'))
     dense.add_argument('--infer-size', type=int, nargs=2, default=[512, 2048], metavar=('H', 'W'))
     dense.add_argument('--batch', type=int, default=1, help='images per training step')
+    dense.add_argument('--processes', type=int, default=1,
+                       help='measure in this many fresh interpreters, one after another (see above)')
     args = parser.parse_args(argv)
     if args.device == 'auto':
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -270,7 +303,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     for size in args.img_sizes:
         if size < PATCH or size % PATCH:
             parser.error(f'--img-sizes: {size} is not a positive multiple of the patch size {PATCH}')
-    for name in ('warmup', 'repeats', 'threads', 'batch'):
+    for name in ('warmup', 'repeats', 'threads', 'batch', 'processes'):
         if getattr(args, name) < 1:
             parser.error(f'--{name}={getattr(args, name)} must be >= 1')
     for name in ('train_size', 'infer_size'):
@@ -310,17 +343,39 @@ def main(argv=None) -> None:
     print(f'saved {args.out}/benchmark_model.{{png,json,md}}')
 
 
+def measure_in_processes(args) -> list[list[dict]]:
+    """The rows of ``--processes`` fresh interpreters running this tool, one after another."""
+    runs = []
+    for i in range(args.processes):
+        out = args.out / f'process{i}'
+        argv = ['--dense', '--families', *args.families, '--train-size', *map(str, args.train_size),
+                '--infer-size', *map(str, args.infer_size), '--batch', str(args.batch), '--warmup', str(args.warmup),
+                '--repeats', str(args.repeats), '--budget', str(args.budget), '--threads', str(args.threads),
+                '--device', args.device, '--out', str(out)] + (['--glibc-malloc'] if args.glibc_malloc else [])
+        print(f'process {i + 1} of {args.processes}', flush=True)
+        subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv], check=True)
+        runs.append(json.loads((out / 'benchmark_dense.json').read_text())['rows'])
+    return runs
+
+
 def dense_main(args, device: torch.device, device_name: str) -> None:
     title = (f'Dense models, random weights, training batch {args.batch}; {device_name}; torch {torch.__version__}; '
              f'median of up to {args.repeats} runs after {args.warmup} warm-up, models taking turns; '
              f'LiSA local branch: {local.implementation(device.type)}; load {os.getloadavg()[0]:.2f}')
+    if args.processes > 1:
+        title += (f'; {args.processes} processes one after another: times the median over the processes, '
+                  "ratios the median (range) of the processes' ratios")
     print(title, flush=True)
-    rows = []
-    for family in args.families:
-        for row in measure_dense(family, args, device):
-            rows.append(row)
-            print(f"  {row['model']:15s} train {row['train_cpu_ms']:.0f} ms CPU, {row['train_wall_ms']:.0f} ms wall; "
-                  f"inference {row['infer_cpu_ms']:.0f} ms CPU, {row['infer_wall_ms']:.0f} ms wall", flush=True)
+    if args.processes > 1:
+        rows = merge_processes(measure_in_processes(args))
+    else:
+        rows = []
+        for family in args.families:
+            for row in measure_dense(family, args, device):
+                rows.append(row)
+                print(f"  {row['model']:15s} train {row['train_cpu_ms']:.0f} ms CPU, {row['train_wall_ms']:.0f} ms "
+                      f"wall; inference {row['infer_cpu_ms']:.0f} ms CPU, {row['infer_wall_ms']:.0f} ms wall",
+                      flush=True)
     report = dense_table(rows, args) + f'\n\nload average at the end: {os.getloadavg()[0]:.2f}'
     print(report)
     write(args, 'benchmark_dense', title, rows, report)

@@ -1,7 +1,7 @@
 """Fused CPU kernels of the kernel attentions' token-wise parts, as custom ops (``lisa::*``).
 
-``csrc/features_cpu.cpp`` (and ``csrc/walk_cpu.cpp``, the walk's passes, called inside
-``lisa::random_walk``), built by ``pip install -e .`` (setup.py). Each op has a fake
+``csrc/features_cpu.cpp`` (and ``csrc/walk_cpu.cpp``: the walk's passes, called inside
+``lisa::random_walk``, and the step MLP's output layer and softmax, ``lisa::step_head``), built by ``pip install -e .`` (setup.py). Each op has a fake
 implementation and an analytic backward registered as its autograd, so ``torch.compile``
 traces it into one graph. :class:`~.base.KernelAttention` uses them with
 ``implementation='fast'`` on the CPU in float32/float64 (not under autocast) where the
@@ -17,7 +17,7 @@ try:  # not built: plain tensor operations (same results, slower on the CPU)
     from . import _features_cpu as CPU_KERNEL
 except ImportError:
     CPU_KERNEL = None
-try:  # the walk's token-wise passes (csrc/walk_cpu.cpp), used by .walk
+try:  # the walk's token-wise passes and the step head (csrc/walk_cpu.cpp)
     from . import _walk_cpu as WALK_KERNEL
 except ImportError:
     WALK_KERNEL = None
