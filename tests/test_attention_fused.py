@@ -154,7 +154,8 @@ def test_step_head_is_the_softmax_of_a_linear_layer_in_value_and_gradients(monke
     assert got.shape == want.shape and torch.isfinite(got).all()
     torch.testing.assert_close(got, want, **tol)
     if g.numel():
-        for a, b in zip(torch.autograd.grad(got, (g, weight, bias), dw), torch.autograd.grad(want, (g, weight, bias), dw)):
+        inputs = (g, weight, bias)
+        for a, b in zip(torch.autograd.grad(got, inputs, dw), torch.autograd.grad(want, inputs, dw)):
             torch.testing.assert_close(a, b, **tol)
 
 
@@ -165,4 +166,5 @@ def test_step_head_custom_ops_pass_opcheck():
     bias = torch.randn(3, dtype=torch.float64, requires_grad=True)
     torch.library.opcheck(torch.ops.lisa.step_head.default, (g, weight, bias))
     w = fused.step_head(g, weight, bias).detach()
-    torch.library.opcheck(torch.ops.lisa.step_head_backward.default, (torch.randn_like(w), g.detach(), weight.detach(), w))
+    torch.library.opcheck(torch.ops.lisa.step_head_backward.default,
+                          (torch.randn_like(w), g.detach(), weight.detach(), w))

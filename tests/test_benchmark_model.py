@@ -46,9 +46,11 @@ def test_dense_table_of_several_processes_gives_the_median_and_range_of_their_ra
     runs[1][1]['train_cpu_ms'] = 200  # FLatten slow in the second process: LiSA / FLatten 0.55 there
     rows = benchmark_model.merge_processes(runs)
     assert [r['train_cpu_ms'] for r in rows] == [100, 100, 104] and len(rows[2]['processes']) == 3
-    lines = {line.split(' | ')[0][2:]: line.split(' | ') for line in benchmark_model.dense_table(rows, args).split('\n')}
+    table = benchmark_model.dense_table(rows, args)
+    lines = {line.split(' | ')[0][2:]: line.split(' | ') for line in table.split('\n')}
     # train / softmax: 1.04, 1.10, 1.01; train / FLatten: 1.04, 0.55, 1.01 (not 104 / 100)
-    assert lines['LiSA-PVT-T'][4:6] == ['1.04x (1.01–1.10) / 1.00x (1.00–1.00)', '1.01x (0.55–1.04) / 1.00x (1.00–1.00)']
+    assert lines['LiSA-PVT-T'][4:6] == ['1.04x (1.01–1.10) / 1.00x (1.00–1.00)',
+                                        '1.01x (0.55–1.04) / 1.00x (1.00–1.00)']
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """Fused CPU kernels of the kernel attentions' token-wise parts, as custom ops (``lisa::*``).
 
 ``csrc/features_cpu.cpp`` (and ``csrc/walk_cpu.cpp``: the walk's passes, called inside
-``lisa::random_walk``, and the step MLP's output layer and softmax, ``lisa::step_head``), built by ``pip install -e .`` (setup.py). Each op has a fake
+``lisa::random_walk``, and the step MLP's output layer and softmax, ``lisa::step_head``), built
+by ``pip install -e .`` (setup.py). Each op has a fake
 implementation and an analytic backward registered as its autograd, so ``torch.compile``
 traces it into one graph. :class:`~.base.KernelAttention` uses them with
 ``implementation='fast'`` on the CPU in float32/float64 (not under autocast) where the
@@ -11,6 +12,7 @@ in plain tensor operations, which the tests hold the ops to.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 try:  # not built: plain tensor operations (same results, slower on the CPU)
@@ -166,12 +168,10 @@ _step_head.register_autograd(_step_head_grad, setup_context=_step_head_setup)
 def step_head(g: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     """``softmax(g W^T + b, -1)``, ``g (..., d)``, ``W (T, d)``: the step MLP's output layer and the
     softmax over the T steps (Eq. 10) in one pass over the rows, forward and backward, by the fused
-    CPU kernel where it can run. Elsewhere the logits are formed as ``(T, rows)``: a softmax over a
-    last dimension of size T is slow on the CPU."""
+    CPU kernel where it can run, else by ``F.linear`` and ``softmax``."""
     if available(WALK_KERNEL, g, weight, bias):
         return torch.ops.lisa.step_head(g.contiguous(), weight.contiguous(), bias.contiguous())
-    logits = torch.addmm(bias[:, None], weight, g.reshape(-1, g.shape[-1]).T)
-    return logits.softmax(dim=0).T.reshape(*g.shape[:-1], weight.shape[0])
+    return F.linear(g, weight, bias).softmax(-1)
 
 
 @torch.library.custom_op('lisa::row_argmax', mutates_args=(), schema='(Tensor x) -> Tensor')
