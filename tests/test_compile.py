@@ -117,9 +117,8 @@ def test_lisa_layer_traces_into_one_graph_calling_its_custom_ops(name):
     assert_compiled_matches_eager(m, [(tokens((5, 3)), (5, 3))], backend=backend, dynamic=False)
     called = {str(n.target) for g in graphs for n in g.graph.nodes if 'lisa' in str(n.target)}
     kernels = {'lisa.kernel_features', 'lisa.depthwise_conv'} if fused.CPU_KERNEL is not None else set()
-    step_head = {'lisa.step_head'} if fused.WALK_KERNEL is not None else set()
     assert called == ({'lisa.neighbourhood_fused', *kernels} if name == 'lisa-local-only'
-                      else {'lisa.neighbourhood_fused', 'lisa.random_walk', *kernels, *step_head})
+                      else {'lisa.neighbourhood_fused', 'lisa.random_walk', *kernels})
 
 
 @pytest.mark.filterwarnings('ignore:`torch.jit')

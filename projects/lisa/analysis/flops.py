@@ -23,8 +23,7 @@ module adds a handle for each (:data:`FLOP_HANDLES`):
   window (:func:`neighbourhood_flop_jit`).
 
 The token projections and the step MLP are ordinary ``linear`` ops and counted
-as such (the step MLP's output layer fused with its softmax, ``lisa::step_head``, as
-the ``linear`` it computes); the fused CPU depthwise convolution (``lisa::depthwise_conv``) is counted
+as such; the fused CPU depthwise convolution (``lisa::depthwise_conv``) is counted
 as the ``conv`` it computes and the fused kernel features (``lisa::kernel_features``)
 as the element-wise operations they are (0), so the fast and the reference paths
 count the same.
@@ -131,17 +130,11 @@ def depthwise_flop_jit(inputs: list, outputs: list) -> Counter:
     return Counter(conv=x[0] * h * w * x[-1] * weight[-2] * weight[-1])
 
 
-def step_head_flop_jit(inputs: list, outputs: list) -> Counter:
-    """``lisa::step_head(g (..., d), weight (T, d), bias)``: the ``linear`` layer it computes, ``rows T d``."""
-    return Counter(linear=math.prod(get_shape(inputs[0])) * get_shape(inputs[1])[0])
-
-
 FLOP_HANDLES = {
     'aten::scaled_dot_product_attention': sdpa_flop_jit,
     'lisa::depthwise_conv': depthwise_flop_jit,
     'lisa::kernel_features': lambda inputs, outputs: Counter(),  # ReLU, scaling, focusing: element-wise
     'lisa::random_walk': walk_flop_jit,
-    'lisa::step_head': step_head_flop_jit,
     'lisa::neighbourhood': functools.partial(neighbourhood_flop_jit, window_dims=(2, 3, 1)),  # (BH, k*k, H, W)
     'lisa::neighbourhood_fused': functools.partial(neighbourhood_flop_jit, window_dims=(1, 2, 3)),  # (BH, H, W, k*k)
 }

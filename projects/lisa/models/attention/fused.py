@@ -1,8 +1,7 @@
 """Fused CPU kernels of the kernel attentions' token-wise parts, as custom ops (``lisa::*``).
 
-``csrc/features_cpu.cpp`` (and ``csrc/walk_cpu.cpp``: the walk's passes, called inside
-``lisa::random_walk``, and the step MLP's output layer and softmax, ``lisa::step_head``), built
-by ``pip install -e .`` (setup.py). Each op has a fake
+``csrc/features_cpu.cpp`` (and ``csrc/walk_cpu.cpp``, the walk's passes, called inside
+``lisa::random_walk``), built by ``pip install -e .`` (setup.py). Each op has a fake
 implementation and an analytic backward registered as its autograd, so ``torch.compile``
 traces it into one graph. :class:`~.base.KernelAttention` uses them with
 ``implementation='fast'`` on the CPU in float32/float64 (not under autocast) where the
@@ -12,14 +11,13 @@ in plain tensor operations, which the tests hold the ops to.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 try:  # not built: plain tensor operations (same results, slower on the CPU)
     from . import _features_cpu as CPU_KERNEL
 except ImportError:
     CPU_KERNEL = None
-try:  # the walk's token-wise passes and the step head (csrc/walk_cpu.cpp)
+try:  # the walk's token-wise passes (csrc/walk_cpu.cpp), used by .walk
     from . import _walk_cpu as WALK_KERNEL
 except ImportError:
     WALK_KERNEL = None
@@ -130,48 +128,6 @@ def kernel_features(qkv: Tensor, pos: Tensor | None, s: Tensor, heads: int, p: f
     (nothing token-sized is kept but ``qkv``)."""
     pos = pos.contiguous() if pos is not None else None
     return torch.ops.lisa.kernel_features(qkv.contiguous(), pos, s.contiguous(), heads, float(p))
-
-
-@torch.library.custom_op('lisa::step_head', mutates_args=(), schema='(Tensor g, Tensor weight, Tensor bias) -> Tensor')
-def _step_head(g: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    return WALK_KERNEL.step_head_forward(g, weight, bias)
-
-
-@torch.library.custom_op('lisa::step_head_backward', mutates_args=(), schema=(
-    '(Tensor grad, Tensor g, Tensor weight, Tensor w) -> (Tensor, Tensor, Tensor)'))
-def _step_head_backward(grad: Tensor, g: Tensor, weight: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    return tuple(WALK_KERNEL.step_head_backward(grad, g, weight, w))
-
-
-@_step_head.register_fake
-def _(g, weight, bias):
-    return g.new_empty(g.shape[:-1] + weight.shape[:1])
-
-
-@_step_head_backward.register_fake
-def _(grad, g, weight, w):
-    return torch.empty_like(g), torch.empty_like(weight), weight.new_empty(weight.shape[:1])
-
-
-def _step_head_setup(ctx, inputs: tuple, output: Tensor) -> None:
-    g, weight, _ = inputs
-    ctx.save_for_backward(g, weight, output)
-
-
-def _step_head_grad(ctx, grad: Tensor) -> tuple:
-    return _step_head_backward(grad.contiguous(), *ctx.saved_tensors)
-
-
-_step_head.register_autograd(_step_head_grad, setup_context=_step_head_setup)
-
-
-def step_head(g: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """``softmax(g W^T + b, -1)``, ``g (..., d)``, ``W (T, d)``: the step MLP's output layer and the
-    softmax over the T steps (Eq. 10) in one pass over the rows, forward and backward, by the fused
-    CPU kernel where it can run, else by ``F.linear`` and ``softmax``."""
-    if available(WALK_KERNEL, g, weight, bias):
-        return torch.ops.lisa.step_head(g.contiguous(), weight.contiguous(), bias.contiguous())
-    return F.linear(g, weight, bias).softmax(-1)
 
 
 @torch.library.custom_op('lisa::row_argmax', mutates_args=(), schema='(Tensor x) -> Tensor')

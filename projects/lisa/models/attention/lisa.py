@@ -5,9 +5,9 @@ import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import fused
 from .base import KernelAttention, register_attention
 from .local import neighbourhood_attention, neighbourhood_attention_reference
 from .walk import geometric_weights, random_walk, random_walk_reference, transition_factors, untruncated_walk
@@ -154,12 +154,12 @@ class LiSAAttention(KernelAttention):
         """Per-token step weights ``softmax(MLP([q_i; k_i]))``, ``(B, h, n, T)`` (Eq. 10)."""
         first, last = self.step_mlp[0], self.step_mlp[-1]
         d = self.head_dim
-        # [q; k] W^T + b = (q W_q^T + b) + k W_k^T: no copy of q and k.
-        hidden = torch.addmm(torch.addmm(first.bias, q.reshape(-1, d), first.weight[:, :d].T),
-                             k.reshape(-1, d), first.weight[:, d:].T)
-        g = self.step_mlp[1](hidden)
-        weights = fused.step_head(g, last.weight, last.bias) if self.implementation == 'fast' else last(g).softmax(-1)
-        return weights.view(*q.shape[:-1], self.num_steps)
+        # [q; k] W^T + b = (q W_q^T + b) + k W_k^T, accumulated in place: no copy of q and k.
+        hidden = torch.addmm(F.linear(q, first.weight[:, :d], first.bias).flatten(0, -2),
+                             k.flatten(0, -2), first.weight[:, d:].T)
+        # Logits as (T, tokens): a softmax over a last dimension of size T is slow on the CPU.
+        logits = torch.addmm(last.bias[:, None], last.weight, self.step_mlp[1](hidden).T)
+        return logits.softmax(dim=0).T.view(*q.shape[:-1], self.num_steps)
 
     def global_branch(self, q: Tensor, k: Tensor, v: Tensor, weight: Tensor | None = None) -> Tensor:
         """The walk, times the per-head ``weight (1, h, 1, 1)`` when given (folded into

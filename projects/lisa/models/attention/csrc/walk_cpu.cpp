@@ -11,10 +11,6 @@
 //                   W_it = w_it G_i                      (p_it = G_i M_t^T, W the input of dM = q_hat^T W)
 //   walk_q_backward: e_i = -(q_hat_i.d_q_hat_i) / s, d_q_i = q_scale_i (d_q_hat_i + e_i mu)
 //                   (+ eps c_i e_i / mq_i at the argmax of q_i), d_mu = sum_i e_i q_hat_i
-//   step_head:      the step MLP's output layer and the softmax over the T steps (Eq. 10), per row
-//                   of the hidden activations g (R, d): w_i = softmax(W g_i + b), W (T, d), b (T,);
-//                   backward from dw: dl_i = w_i * (dw_i - w_i.dw_i), dg_i = W^T dl_i,
-//                   dW = sum_i dl_i g_i^T, db = sum_i dl_i
 //   row_argmax:     the index of the largest entry of each row (the first among equals), as
 //                   torch.argmax(x, -1), which on the CPU takes ~10x longer for rows of a head's width.
 //
@@ -26,7 +22,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "lanes.h"
@@ -301,106 +296,6 @@ at::Tensor walk_q_backward(at::Tensor& d_q_hat, const at::Tensor& q_hat, const a
   return d_mu;
 }
 
-// ---- step_head -----------------------------------------------------------------------------------
-
-template <typename T>
-LISA_CLONES void step_head_rows(const T* g, const T* weight, const T* bias, T* w, int64_t rows, int64_t d,
-                                int64_t steps) {
-  for (int64_t i = 0; i < rows; ++i) {
-    T* wi = w + i * steps;
-    T top = -std::numeric_limits<T>::infinity();
-    for (int64_t t = 0; t < steps; ++t) {
-      wi[t] = bias[t] + dot(g + i * d, weight + t * d, d);
-      top = wi[t] > top ? wi[t] : top;
-    }
-    T sum = 0;
-    for (int64_t t = 0; t < steps; ++t) sum += (wi[t] = std::exp(wi[t] - top));
-    for (int64_t t = 0; t < steps; ++t) wi[t] /= sum;
-  }
-}
-
-void check_step_head(const at::Tensor& g, const at::Tensor& weight) {
-  TORCH_CHECK(g.device().is_cpu() && g.is_contiguous() && g.dim() >= 1, "step_head: g must be a contiguous CPU tensor");
-  TORCH_CHECK(weight.is_contiguous() && weight.dim() == 2 && weight.size(1) == g.size(-1) && weight.size(0) >= 1 &&
-                  weight.scalar_type() == g.scalar_type(),
-              "step_head: weight must be contiguous (T, d) of g's dtype, d = ", g.size(-1));
-}
-
-// softmax(g W^T + b, -1): g (..., d) -> (..., T).
-at::Tensor step_head_forward(const at::Tensor& g, const at::Tensor& weight, const at::Tensor& bias) {
-  check_step_head(g, weight);
-  TORCH_CHECK(bias.is_contiguous() && bias.numel() == weight.size(0) && bias.scalar_type() == g.scalar_type(),
-              "step_head: bias must be contiguous (T,) of g's dtype");
-  const int64_t d = g.size(-1), steps = weight.size(0), rows = g.numel() / std::max<int64_t>(d, 1);
-  auto sizes = g.sizes().vec();
-  sizes.back() = steps;
-  auto w = at::empty(sizes, g.options());
-  AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "step_head_forward", [&] {
-    const scalar_t *gp = g.data_ptr<scalar_t>(), *wt = weight.data_ptr<scalar_t>(), *bp = bias.data_ptr<scalar_t>();
-    scalar_t* out = w.data_ptr<scalar_t>();
-    at::parallel_for(0, rows, kBlock, [&](int64_t r0, int64_t r1) {
-      step_head_rows(gp + r0 * d, wt, bp, out + r0 * steps, r1 - r0, d, steps);
-    });
-  });
-  return w;
-}
-
-// Rows of one block; d_weight (T, d) and d_bias (T,) are this block's partial sums.
-template <typename T>
-LISA_CLONES void step_head_grad_rows(const T* g, const T* weight, const T* w, const T* dw, T* dg, T* d_weight,
-                                     T* d_bias, T* dl, int64_t rows, int64_t d, int64_t steps) {
-  for (int64_t t = 0; t < steps; ++t) {
-    d_bias[t] = 0;
-    for (int64_t j = 0; j < d; ++j) d_weight[t * d + j] = 0;
-  }
-  for (int64_t i = 0; i < rows; ++i) {
-    const T *wi = w + i * steps, *gi = dw + i * steps;
-    T inner = 0;
-    for (int64_t t = 0; t < steps; ++t) inner += wi[t] * gi[t];
-    for (int64_t t = 0; t < steps; ++t) dl[t] = wi[t] * (gi[t] - inner);
-    for (int64_t t = 0; t < steps; ++t) {
-      axpy(dg + i * d, weight + t * d, dl[t], d, t > 0);
-      axpy(d_weight + t * d, g + i * d, dl[t], d, true);
-      d_bias[t] += dl[t];
-    }
-  }
-}
-
-// (dg (..., d), d_weight (T, d), d_bias (T,)) from dw (..., T), the output w and the input g.
-std::vector<at::Tensor> step_head_backward(const at::Tensor& dw, const at::Tensor& g, const at::Tensor& weight,
-                                           const at::Tensor& w) {
-  check_step_head(g, weight);
-  const int64_t d = g.size(-1), steps = weight.size(0), rows = g.numel() / std::max<int64_t>(d, 1);
-  for (const auto* t : {&dw, &w})
-    TORCH_CHECK(t->is_contiguous() && t->numel() == rows * steps && t->scalar_type() == g.scalar_type(),
-                "step_head: dw and w must be contiguous (..., T) of g's dtype");
-  const int64_t blocks = (rows + kBlock - 1) / kBlock;
-  auto dg = at::empty_like(g);
-  auto partial = at::empty({blocks, steps, d + 1}, g.options());
-  auto d_weight = at::zeros_like(weight), d_bias = at::zeros({steps}, g.options());
-  AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "step_head_backward", [&] {
-    const scalar_t *gp = g.data_ptr<scalar_t>(), *wt = weight.data_ptr<scalar_t>(), *wp = w.data_ptr<scalar_t>();
-    const scalar_t* dwp = dw.data_ptr<scalar_t>();
-    scalar_t *dgp = dg.data_ptr<scalar_t>(), *pp = partial.data_ptr<scalar_t>();
-    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-      std::vector<scalar_t> dl(steps);
-      for (int64_t blk = b0; blk < b1; ++blk) {
-        const int64_t r0 = blk * kBlock;
-        scalar_t* part = pp + blk * steps * (d + 1);
-        step_head_grad_rows(gp + r0 * d, wt, wp + r0 * steps, dwp + r0 * steps, dgp + r0 * d, part,
-                            part + steps * d, dl.data(), std::min(kBlock, rows - r0), d, steps);
-      }
-    });
-    scalar_t *dwt = d_weight.data_ptr<scalar_t>(), *db = d_bias.data_ptr<scalar_t>();
-    for (int64_t blk = 0; blk < blocks; ++blk) {  // block order: independent of the threads
-      const scalar_t* part = pp + blk * steps * (d + 1);
-      axpy(dwt, part, scalar_t(1), steps * d, true);
-      axpy(db, part + steps * d, scalar_t(1), steps, true);
-    }
-  });
-  return {dg, d_weight, d_bias};
-}
-
 // ---- row_argmax ----------------------------------------------------------------------------------
 
 template <typename T>
@@ -432,7 +327,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("walk_combine", &walk_combine, "the walk's per-token weighted sum of its terms (CPU)");
   m.def("walk_combine_backward", &walk_combine_backward, "backward of walk_combine and of the hops (CPU)");
   m.def("walk_q_backward", &walk_q_backward, "backward of the scaled q features, in place (CPU)");
-  m.def("step_head_forward", &step_head_forward, "softmax of the step MLP's output layer (CPU)");
-  m.def("step_head_backward", &step_head_backward, "backward of step_head_forward (CPU)");
   m.def("row_argmax", &row_argmax, "index of the largest entry of each row (CPU)");
 }
