@@ -99,6 +99,25 @@ def test_fast_path_matches_the_reference_forward_and_gradients(kwargs, local_pat
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize('local_path', ['fused', 'tensor-ops'])
+@pytest.mark.parametrize('step_weights', ['adaptive', 'geometric'])
+def test_fast_path_adds_the_branches_gradients_in_place(step_weights, local_path, monkeypatch):
+    """q, k and v each feed several branches (walk, local branch, step MLP; v the depthwise conv).
+    Autograd sums their gradients in place only where the first to arrive is a tensor it alone
+    holds, not a view of a reshaped one: the backward makes no new token-sized sum."""
+    if local_path != 'fused':
+        monkeypatch.setattr(local, 'CPU_KERNEL', None)
+    hw_shape = (6, 5)
+    m = LiSAAttention(8, 2, step_weights=step_weights, pos_shape=hw_shape)
+    out = m(torch.randn(2, 30, 8, requires_grad=True), hw_shape)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        out.sum().backward()
+    sums = [e.name for e in prof.events()
+            if e.name in ('aten::add', 'aten::add_') and e.input_shapes and tuple(e.input_shapes[0]) == (2, 2, 30, 4)]
+    # q and k: 1 or 2 sums each (the step MLP adds one), v: 2 (walk, local branch, depthwise conv)
+    assert sorted(sums) == ['aten::add_'] * (6 if step_weights == 'adaptive' else 4)
+
+
 @pytest.mark.parametrize('passes', ['fused', 'tensor-ops'])
 @pytest.mark.parametrize('weights_shape', [(4,), (1, 3, 1, 4), (2, 3, 17, 4)], ids=str)
 @pytest.mark.parametrize('eps', [1e-6, 0.5])

@@ -113,7 +113,7 @@ def neighbourhood_flop_jit(inputs: list, outputs: list, window_dims: tuple[int, 
     window pairs of the grid, ``pairs (d + dv)`` per batch and head; the prefix tokens,
     which keep their own value, cost nothing.
 
-    ``inputs``: ``q, k (BH, p + H*W, d)``, ``v (BH, p + H*W, dv)``, ...; the second
+    ``inputs``: ``q, k (..., p + H*W, d)``, ``v (..., p + H*W, dv)``, ...; the second
     output, the attention weights, holds ``H, W`` and ``k*k`` at ``window_dims``.
     """
     q, _, v = (get_shape(x) for x in inputs[:3])
@@ -123,11 +123,11 @@ def neighbourhood_flop_jit(inputs: list, outputs: list, window_dims: tuple[int, 
 
 
 def depthwise_flop_jit(inputs: list, outputs: list) -> Counter:
-    """``lisa::depthwise_conv(x (BH, p + H*W, d), weight (d, 1, k, k), bias, H, W, p)``: what the
+    """``lisa::depthwise_conv(x (..., p + H*W, d), weight (d, 1, k, k), bias, H, W, p)``: what the
     analyzer counts for the ``nn.Conv2d(d, d, k, groups=d)`` it computes, ``BH H W d k^2``."""
     x, weight = get_shape(inputs[0]), get_shape(inputs[1])
     h, w = (inputs[i].toIValue() for i in (3, 4))
-    return Counter(conv=x[0] * h * w * x[-1] * weight[-2] * weight[-1])
+    return Counter(conv=_batch(x) * h * w * x[-1] * weight[-2] * weight[-1])
 
 
 FLOP_HANDLES = {

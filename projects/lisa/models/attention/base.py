@@ -315,8 +315,7 @@ class KernelAttention(nn.Module):
         p = self.num_prefix_tokens
         if self.implementation == 'fast' and fused.available(fused.CPU_KERNEL, v, self.dwc.weight):
             # channels-last on the tokens themselves; mkldnn's depthwise backward is slow on the CPU
-            out = fused.depthwise_conv(v.reshape(b * h, n, d), self.dwc.weight, self.dwc.bias, hw_shape, p)
-            return out.view(b, h, n, d)
+            return fused.depthwise_conv(v, self.dwc.weight, self.dwc.bias, hw_shape, p)
         grid = v[:, :, p:].reshape(b * h, *hw_shape, d).permute(0, 3, 1, 2)
         if torch.compiler.is_compiling():
             # Inductor (torch 2.14) cannot order the symbolic strides of a permuted view that a

@@ -70,9 +70,10 @@ _depthwise_conv.register_autograd(_depthwise_backward, setup_context=_depthwise_
 def depthwise_conv(x: Tensor, weight: Tensor, bias: Tensor, hw_shape: tuple[int, int],
                    num_prefix_tokens: int = 0) -> Tensor:
     """Depthwise ``k x k`` convolution (zero padding ``k // 2``, the same weights for every
-    batch-head) of the grid tokens of ``x (BH, p + H*W, d)``, in that layout: the same as
-    ``nn.Conv2d(d, d, k, padding=k // 2, groups=d)`` on the ``(BH, d, H, W)`` grid, prefix
-    tokens zero. ``weight (d, 1, k, k)``, ``bias (d,)``."""
+    batch-head) of the grid tokens of ``x (..., p + H*W, d)``, in that layout: the same as
+    ``nn.Conv2d(d, d, k, padding=k // 2, groups=d)`` on each ``(d, H, W)`` grid, prefix
+    tokens zero. ``weight (d, 1, k, k)``, ``bias (d,)``. The output and ``x``'s gradient keep
+    ``x``'s shape (no view of a reshaped tensor, which autograd could not add to in place)."""
     return torch.ops.lisa.depthwise_conv(x.contiguous(), weight, bias, *hw_shape, num_prefix_tokens)
 
 

@@ -51,15 +51,16 @@ def neighbourhood_attention(
     large similarities under fp16/bf16); the output has ``v``'s dtype.
     """
     dtype = torch.promote_types(torch.promote_types(q.dtype, v.dtype), torch.float32)
-    b, nh = q.shape[:2]
     out_dtype = v.dtype
-    q, k, v = (t.to(dtype).flatten(0, 1).contiguous() for t in (q, k, v))
+    # (B, h, N, d) as it is: the ops return gradients in that shape, which autograd can add
+    # the other branches' gradients to in place (not to a view of a reshaped tensor).
+    q, k, v = (t.to(dtype).contiguous() for t in (q, k, v))
     out_scale = torch.ones((), dtype=dtype, device=q.device) if out_scale is None else out_scale
-    out_scale = out_scale.to(dtype).expand(b, nh, 1, 1).flatten().contiguous()
+    out_scale = out_scale.to(dtype).expand(*q.shape[:2], 1, 1).flatten().contiguous()
     op = torch.ops.lisa.neighbourhood_fused if implementation(q.device.type) == FUSED else torch.ops.lisa.neighbourhood
     with torch.autocast(q.device.type, enabled=False):
         out = op(q, k, v, out_scale, *hw_shape, num_prefix_tokens, scale, kernel_size)[0]
-    return out.unflatten(0, (b, nh)).to(out_dtype)
+    return out.to(out_dtype)
 
 
 def neighbourhood_attention_reference(
@@ -104,20 +105,22 @@ def _prefix_backward(grad: Tensor, v: Tensor, out_scale: Tensor, d_q: Tensor, d_
 
 def _fused_forward(q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, h: int, w: int, num_prefix_tokens: int,
                    scale: float, kernel_size: int) -> tuple[Tensor, Tensor]:
-    """:func:`neighbourhood_attention` by the fused CPU kernel on contiguous ``(BH, p + H*W, d)``
-    tokens: the output and the attention weights ``(BH, H, W, k*k)``."""
+    """:func:`neighbourhood_attention` by the fused CPU kernel on contiguous ``(..., p + H*W, d)``
+    tokens: the output (in ``v``'s shape) and the attention weights ``(BH, H, W, k*k)``."""
     p = num_prefix_tokens
     out, attn = CPU_KERNEL.forward(q, k, v, out_scale, p, h, w, scale, kernel_size)
-    _prefix_forward(v, out_scale, out, p)
-    return out, attn.view(q.shape[0], h, w, kernel_size ** 2)
+    _prefix_forward(v.flatten(0, -3), out_scale, out.flatten(0, -3), p)
+    return out, attn.view(-1, h, w, kernel_size ** 2)
 
 
 def _fused_backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, attn: Tensor, h: int, w: int,
                     num_prefix_tokens: int, scale: float, kernel_size: int) -> tuple[Tensor, ...]:
-    """:func:`_tensor_backward` by the fused CPU kernel."""
+    """:func:`_tensor_backward` by the fused CPU kernel (gradients in the shapes of ``q, k, v``)."""
     p = num_prefix_tokens
     d_q, d_k, d_v, d_w_rows = CPU_KERNEL.backward(grad, q, k, v, out_scale, attn, p, h, w, scale, kernel_size)
-    return d_q, d_k, d_v, d_w_rows.sum(1) + _prefix_backward(grad, v, out_scale, d_q, d_k, d_v, p)
+    prefix = _prefix_backward(*(t.flatten(0, -3) for t in (grad, v)), out_scale,
+                              *(t.flatten(0, -3) for t in (d_q, d_k, d_v)), p)
+    return d_q, d_k, d_v, d_w_rows.sum(1) + prefix
 
 
 class _Window:
@@ -157,8 +160,8 @@ def _blocks(t: Tensor) -> Iterator[tuple[slice, int, int]]:
 
 def _tensor_forward(q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, h: int, w: int, num_prefix_tokens: int,
                     scale: float, kernel_size: int) -> tuple[Tensor, Tensor]:
-    """:func:`neighbourhood_attention` in tensor operations on ``(BH, p + H*W, d)`` tokens: the
-    output and the attention weights ``(BH, k*k, H, W)``.
+    """:func:`neighbourhood_attention` in tensor operations on ``(..., p + H*W, d)`` tokens: the
+    output (in ``v``'s shape) and the attention weights ``(BH, k*k, H, W)``.
 
     With ``a_o(i) = softmax_o(scale q_i.k_(i+o))``, ``Y_i = w sum_o a_o(i) v_(i+o)``,
     upstream gradient ``G`` and ``p_o(i) = G_i.v_(i+o)``:
@@ -174,8 +177,9 @@ def _tensor_forward(q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, h: int, 
     windows = [_Window(dy, dx, h, w) for dy in range(-r, r + 1) for dx in range(-r, r + 1)]
     centre = len(windows) // 2  # offset (0, 0), inside for every token
     out = v.new_empty(v.shape)
-    _prefix_forward(v, out_scale, out, p)
-    qg, kg, vg, og = (_grid(t, p, (h, w)) for t in (q, k, v, out))
+    q, k, v, flat_out = (t.flatten(0, -3) for t in (q, k, v, out))  # (BH, p + H*W, d)
+    _prefix_forward(v, out_scale, flat_out, p)
+    qg, kg, vg, og = (_grid(t, p, (h, w)) for t in (q, k, v, flat_out))
     attn = q.new_full((q.shape[0], len(windows), h, w), float('-inf'))
     for bs, y0, y1 in _blocks(qg):
         for o, win in enumerate(windows):
@@ -200,7 +204,8 @@ def _tensor_backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, out_scale: T
     r = kernel_size // 2
     windows = [_Window(dy, dx, h, w) for dy in range(-r, r + 1) for dx in range(-r, r + 1)]
     centre = len(windows) // 2
-    d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    grads = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    grad, q, k, v, d_q, d_k, d_v = (t.flatten(0, -3) for t in (grad, q, k, v, *grads))  # (BH, p + H*W, d)
     d_w = _prefix_backward(grad, v, out_scale, d_q, d_k, d_v, p)
     qg, kg, vg, gg, d_qg, d_kg, d_vg = (_grid(t, p, (h, w)) for t in (q, k, v, grad, d_q, d_k, d_v))
     # Pass 1: g_o(i) on every query row.
@@ -231,7 +236,7 @@ def _tensor_backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, out_scale: T
                 ys, ny = rows
                 d_kg[bs, ny, win.nxs].addcmul_(g[bs, o, ys, win.xs, None], qg[bs, ys, win.xs])
                 d_vg[bs, ny, win.nxs].addcmul_(a[bs, o, ys, win.xs, None], gg[bs, ys, win.xs])
-    return d_q, d_k, d_v, d_w
+    return *grads, d_w
 
 
 # The grid as two SymInt scalars, not a list: torch.jit.trace records those as constants.
@@ -249,7 +254,7 @@ def _define(name: str, forward: Callable, backward: Callable, attn_shape: Callab
 
     @forward_op.register_fake
     def _(q, k, v, out_scale, h, w, num_prefix_tokens, scale, kernel_size):
-        return torch.empty_like(v), q.new_empty(attn_shape(q.shape[0], h, w, kernel_size ** 2))
+        return torch.empty_like(v), q.new_empty(attn_shape(math.prod(q.shape[:-2]), h, w, kernel_size ** 2))
 
     @backward_op.register_fake
     def _(grad, q, k, v, out_scale, *args):

@@ -1,8 +1,8 @@
 // Fused CPU kernels of the kernel attentions' token-wise parts (projects/lisa/models/attention/base.py).
 //
 // depthwise_*: the depthwise k x k convolution of the values (FLatten's DWC, shared weights
-// across heads), forward and backward, on the token layout itself: (BH, p + H*W, d) contiguous,
-// the last H*W tokens a row-major grid whose channels are contiguous (channels last), zero
+// across heads), forward and backward, on the token layout itself: (..., p + H*W, d) contiguous
+// (batch-heads in the leading dimensions, kept in the outputs), the last H*W tokens a row-major grid whose channels are contiguous (channels last), zero
 // padding at the border; the p prefix tokens get zero. Per grid token i = (y, x), channel c:
 //
 //   out_i[c] = b[c] + sum_(dy, dx) w[c, dy + r, dx + r] x_(y + dy, x + dx)[c]
@@ -139,12 +139,19 @@ LISA_CLONES void weight_grad_row(const T* grad, const T* in, T* dw, T* db, int64
   }
 }
 
+// The number of (batch, head) pairs: the product of the dimensions before (tokens, width).
+int64_t leading(const at::Tensor& t) {
+  int64_t bh = 1;
+  for (int64_t i = 0; i + 2 < t.dim(); ++i) bh *= t.size(i);
+  return bh;
+}
+
 void check_depthwise(const at::Tensor& x, const at::Tensor& weight, int64_t p, int64_t h, int64_t w) {
-  TORCH_CHECK(x.device().is_cpu() && x.is_contiguous() && x.dim() == 3, "depthwise_cpu: x must be a contiguous "
-              "CPU tensor (BH, p + H*W, d)");
-  TORCH_CHECK(p >= 0 && h >= 1 && w >= 1 && x.size(1) == p + h * w, "depthwise_cpu: N=", x.size(1),
+  TORCH_CHECK(x.device().is_cpu() && x.is_contiguous() && x.dim() >= 3, "depthwise_cpu: x must be a contiguous "
+              "CPU tensor (..., p + H*W, d)");
+  TORCH_CHECK(p >= 0 && h >= 1 && w >= 1 && x.size(-2) == p + h * w, "depthwise_cpu: N=", x.size(-2),
               " is not p + H*W for p=", p, ", H=", h, ", W=", w);
-  TORCH_CHECK(weight.dim() == 4 && weight.size(0) == x.size(2) && weight.size(1) == 1 &&
+  TORCH_CHECK(weight.dim() == 4 && weight.size(0) == x.size(-1) && weight.size(1) == 1 &&
                   weight.size(2) == weight.size(3) && weight.size(2) % 2 == 1 &&
                   weight.scalar_type() == x.scalar_type(),
               "depthwise_cpu: weight must be (d, 1, k, k), k odd, of x's dtype");
@@ -159,10 +166,10 @@ at::Tensor taps_of(const at::Tensor& weight, bool flipped) {
 at::Tensor depthwise_forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, int64_t p,
                              int64_t h, int64_t w) {
   check_depthwise(x, weight, p, h, w);
-  TORCH_CHECK(bias.numel() == x.size(2) && bias.scalar_type() == x.scalar_type(), "depthwise_cpu: bias (d,)");
-  const int64_t bh = x.size(0), n = x.size(1), d = x.size(2), r = weight.size(2) / 2;
+  TORCH_CHECK(bias.numel() == x.size(-1) && bias.scalar_type() == x.scalar_type(), "depthwise_cpu: bias (d,)");
+  const int64_t bh = leading(x), n = x.size(-2), d = x.size(-1), r = weight.size(2) / 2;
   auto out = at::empty_like(x);
-  if (p > 0) out.narrow(1, 0, p).zero_();
+  if (p > 0) out.narrow(-2, 0, p).zero_();
   const auto taps = taps_of(weight, false);
   const auto b = bias.contiguous();
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "depthwise_cpu_forward", [&] {
@@ -184,9 +191,10 @@ std::vector<at::Tensor> depthwise_backward(const at::Tensor& grad, const at::Ten
   check_depthwise(x, weight, p, h, w);
   TORCH_CHECK(grad.sizes() == x.sizes() && grad.is_contiguous() && grad.scalar_type() == x.scalar_type(),
               "depthwise_cpu: grad must be contiguous and match x");
-  const int64_t bh = x.size(0), n = x.size(1), d = x.size(2), r = weight.size(2) / 2, kk = (2 * r + 1) * (2 * r + 1);
+  const int64_t bh = leading(x), n = x.size(-2), d = x.size(-1), r = weight.size(2) / 2;
+  const int64_t kk = (2 * r + 1) * (2 * r + 1);
   auto dx = at::empty_like(x);
-  if (p > 0) dx.narrow(1, 0, p).zero_();
+  if (p > 0) dx.narrow(-2, 0, p).zero_();
   auto dw_rows = at::empty({bh * h, kk, d}, x.options());
   auto db_rows = at::empty({bh * h, d}, x.options());
   const auto taps = taps_of(weight, true);

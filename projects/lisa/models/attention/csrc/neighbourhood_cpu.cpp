@@ -1,7 +1,8 @@
 // Fused CPU kernel of LiSA's local branch (projects/lisa/models/attention/local.py):
 // softmax attention over each grid token's k x k neighbourhood, forward and backward.
 //
-// Tensors are (BH, p + H*W, d) contiguous, the last H*W tokens on a row-major grid;
+// Tensors are (..., p + H*W, d) contiguous, BH batch-heads in the leading dimensions (allocated
+// in the caller's layout, so the gradients need no reshape), the last H*W tokens on a row-major grid;
 // the p prefix tokens are handled by the caller. Per grid token i and in-image
 // neighbour j = i + o:
 //
@@ -180,28 +181,37 @@ LISA_CLONES void key_grad_row(const T* grad, const T* q, const T* attn, const T*
   }
 }
 
+// The number of (batch, head) pairs: the product of the dimensions before (tokens, width).
+int64_t leading(const at::Tensor& t) {
+  int64_t bh = 1;
+  for (int64_t i = 0; i + 2 < t.dim(); ++i) bh *= t.size(i);
+  return bh;
+}
+
 void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out_scale,
                   int64_t p, int64_t h, int64_t w, int64_t kernel_size) {
   for (const auto* t : {&q, &k, &v, &out_scale}) {
     TORCH_CHECK(t->device().is_cpu() && t->is_contiguous() && t->scalar_type() == q.scalar_type(),
                 "neighbourhood_cpu: expected contiguous CPU tensors of one dtype");
   }
-  TORCH_CHECK(q.dim() == 3 && q.sizes() == k.sizes() && v.dim() == 3 && v.size(0) == q.size(0) &&
-                  v.size(1) == q.size(1) && out_scale.numel() == q.size(0),
-              "neighbourhood_cpu: expected q, k (BH, N, d), v (BH, N, dv), out_scale (BH,)");
-  TORCH_CHECK(p >= 0 && h >= 1 && w >= 1 && q.size(1) == p + h * w, "neighbourhood_cpu: N=", q.size(1),
+  TORCH_CHECK(q.dim() >= 3 && q.sizes() == k.sizes() && v.dim() == q.dim() &&
+                  v.sizes().slice(0, v.dim() - 1) == q.sizes().slice(0, q.dim() - 1) &&
+                  out_scale.numel() == leading(q),
+              "neighbourhood_cpu: expected q, k (..., N, d), v (..., N, dv), out_scale with one entry per "
+              "leading index");
+  TORCH_CHECK(p >= 0 && h >= 1 && w >= 1 && q.size(-2) == p + h * w, "neighbourhood_cpu: N=", q.size(-2),
               " is not p + H*W for p=", p, ", H=", h, ", W=", w);
   TORCH_CHECK(kernel_size >= 1 && kernel_size % 2 == 1, "neighbourhood_cpu: kernel_size=", kernel_size,
               " must be a positive odd int");
 }
 
-// Returns (out, attn): out (BH, N, dv) with its prefix rows left for the caller, attn (BH, H*W, k*k).
+// Returns (out, attn): out like v with its prefix rows left for the caller, attn (BH, H*W, k*k).
 std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& out_scale, int64_t p, int64_t h, int64_t w, double scale,
                                 int64_t kernel_size) {
   check_inputs(q, k, v, out_scale, p, h, w, kernel_size);
   const Grid g{h, w, kernel_size / 2, kernel_size * kernel_size};
-  const int64_t bh = q.size(0), n = q.size(1), d = q.size(2), dv = v.size(2);
+  const int64_t bh = leading(q), n = q.size(-2), d = q.size(-1), dv = v.size(-1);
   auto out = at::empty_like(v);
   auto attn = at::empty({bh, h * w, g.kk}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "neighbourhood_cpu_forward", [&] {
@@ -220,7 +230,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
   return {out, attn};
 }
 
-// Returns (dq, dk, dv, dw_rows): gradients with the prefix rows left for the caller, and
+// Returns (dq, dk, dv, dw_rows): gradients like q, k, v with the prefix rows left for the caller, and
 // dw's share of each (batch-head, grid row) as (BH, H).
 std::vector<at::Tensor> backward(const at::Tensor& grad, const at::Tensor& q, const at::Tensor& k,
                                  const at::Tensor& v, const at::Tensor& out_scale, const at::Tensor& attn,
@@ -230,7 +240,7 @@ std::vector<at::Tensor> backward(const at::Tensor& grad, const at::Tensor& q, co
                   grad.scalar_type() == q.scalar_type() && attn.scalar_type() == q.scalar_type(),
               "neighbourhood_cpu: grad must match v, attn must come from forward");
   const Grid g{h, w, kernel_size / 2, kernel_size * kernel_size};
-  const int64_t bh = q.size(0), n = q.size(1), d = q.size(2), dv = v.size(2);
+  const int64_t bh = leading(q), n = q.size(-2), d = q.size(-1), dv = v.size(-1);
   auto dq = at::empty_like(q), dk = at::empty_like(k), dvt = at::empty_like(v);
   auto gw = at::empty_like(attn);
   auto dw_rows = at::empty({bh, h}, q.options());
