@@ -117,6 +117,7 @@ def official_forward(sd: dict[str, torch.Tensor], x: torch.Tensor, depths: list[
 
 
 def classifier(arch, attn_cfgs, num_classes: int = 1000, **kwargs) -> torch.nn.Module:
+    """An mmpretrain ImageClassifier on LiSABiFormer (callers take the `mmpretrain_scope` fixture)."""
     import mmpretrain.models  # noqa: F401  (registers ImageClassifier)
     from mmpretrain.registry import MODELS
     backbone = dict(type='LiSABiFormer', arch=arch, attn_cfgs=attn_cfgs, out_indices=(3, ), **kwargs)
@@ -152,7 +153,7 @@ def check_outputs_equal_biformers(arch, official_arch, size, n_win, topks, tmp_p
 
 
 @pytest.mark.parametrize('arch', ['tiny', 'small', 'base'])
-def test_with_bra_the_classifier_has_biformers_parameters(arch):
+def test_with_bra_the_classifier_has_biformers_parameters(arch, mmpretrain_scope):
     depths, dims = OFFICIAL[arch]
     model = classifier(arch, BRA_ATTN_CFGS)
     count = sum(p.numel() for p in model.parameters())
@@ -161,14 +162,15 @@ def test_with_bra_the_classifier_has_biformers_parameters(arch):
     assert LiSABiFormer.arch_zoo[arch]['num_heads'] == [d // 32 for d in dims[:3]] + [8]
 
 
-def test_official_checkpoint_loads_completely_and_gives_biformers_outputs_at_any_size(seed_and_one_thread, tmp_path):
+def test_official_checkpoint_loads_completely_and_gives_biformers_outputs_at_any_size(seed_and_one_thread, tmp_path,
+                                                                                       mmpretrain_scope):
     # 50 x 38: stage grids 13 x 10, 7 x 5, 4 x 3, 2 x 2 -- none a multiple of the 3 x 3 regions
     check_outputs_equal_biformers(SMALL, ([1, 1, 2, 1], SMALL['embed_dims'], SMALL['num_heads']), (50, 38), 3,
                                   (1, 4, 5), tmp_path)
 
 
 @pytest.mark.slow
-def test_official_biformer_t_checkpoint_gives_its_outputs_at_224(seed_and_one_thread, tmp_path):
+def test_official_biformer_t_checkpoint_gives_its_outputs_at_224(seed_and_one_thread, tmp_path, mmpretrain_scope):
     depths, dims = OFFICIAL['tiny']
     check_outputs_equal_biformers('tiny', (depths, dims, [2, 4, 8, 8]), (224, 224), 7, (1, 4, 16), tmp_path)
 
