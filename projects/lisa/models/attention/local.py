@@ -89,14 +89,16 @@ def implementation(device_type: str) -> str:
 
 
 def _prefix_forward(v: Tensor, out_scale: Tensor, out: Tensor, p: int) -> None:
-    """The prefix tokens' rows of ``out`` (``(BH, p + H*W, dv)``): ``Y_i = w v_i``."""
+    """The prefix tokens' rows of ``out`` (``(..., p + H*W, dv)``, contiguous): ``Y_i = w v_i``."""
+    v, out = v.flatten(0, -3), out.flatten(0, -3)  # (BH, p + H*W, dv), out written through its view
     torch.mul(v[:, :p], out_scale[:, None, None], out=out[:, :p])
 
 
 def _prefix_backward(grad: Tensor, v: Tensor, out_scale: Tensor, d_q: Tensor, d_k: Tensor, d_v: Tensor,
                      p: int) -> Tensor:
-    """The prefix tokens' rows of ``d_q, d_k`` (zero) and ``d_v`` (``w G_i``); returns their
-    share of ``d_w``, ``sum_i G_i.v_i`` per batch-head."""
+    """The prefix tokens' rows of ``d_q, d_k`` (zero) and ``d_v`` (``w G_i``), all ``(..., p + H*W, .)``
+    and contiguous; returns their share of ``d_w``, ``sum_i G_i.v_i`` per batch-head."""
+    grad, v, d_q, d_k, d_v = (t.flatten(0, -3) for t in (grad, v, d_q, d_k, d_v))  # written through the views
     d_q[:, :p] = 0
     d_k[:, :p] = 0
     torch.mul(grad[:, :p], out_scale[:, None, None], out=d_v[:, :p])
@@ -109,7 +111,7 @@ def _fused_forward(q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, h: int, w
     tokens: the output (in ``v``'s shape) and the attention weights ``(BH, H, W, k*k)``."""
     p = num_prefix_tokens
     out, attn = CPU_KERNEL.forward(q, k, v, out_scale, p, h, w, scale, kernel_size)
-    _prefix_forward(v.flatten(0, -3), out_scale, out.flatten(0, -3), p)
+    _prefix_forward(v, out_scale, out, p)
     return out, attn.view(-1, h, w, kernel_size ** 2)
 
 
@@ -118,9 +120,7 @@ def _fused_backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, out_scale: Te
     """:func:`_tensor_backward` by the fused CPU kernel (gradients in the shapes of ``q, k, v``)."""
     p = num_prefix_tokens
     d_q, d_k, d_v, d_w_rows = CPU_KERNEL.backward(grad, q, k, v, out_scale, attn, p, h, w, scale, kernel_size)
-    prefix = _prefix_backward(*(t.flatten(0, -3) for t in (grad, v)), out_scale,
-                              *(t.flatten(0, -3) for t in (d_q, d_k, d_v)), p)
-    return d_q, d_k, d_v, d_w_rows.sum(1) + prefix
+    return d_q, d_k, d_v, d_w_rows.sum(1) + _prefix_backward(grad, v, out_scale, d_q, d_k, d_v, p)
 
 
 class _Window:

@@ -2,8 +2,9 @@
 //
 // depthwise_*: the depthwise k x k convolution of the values (FLatten's DWC, shared weights
 // across heads), forward and backward, on the token layout itself: (..., p + H*W, d) contiguous
-// (batch-heads in the leading dimensions, kept in the outputs), the last H*W tokens a row-major grid whose channels are contiguous (channels last), zero
-// padding at the border; the p prefix tokens get zero. Per grid token i = (y, x), channel c:
+// (batch-heads in the leading dimensions, kept in the outputs), the last H*W tokens a row-major
+// grid whose channels are contiguous (channels last), zero padding at the border; the p prefix
+// tokens get zero. Per grid token i = (y, x), channel c:
 //
 //   out_i[c] = b[c] + sum_(dy, dx) w[c, dy + r, dx + r] x_(y + dy, x + dx)[c]
 //   dx_j[c] = sum_(dy, dx) w[c, dy + r, dx + r] G_(j - (dy, dx))[c]       (gathered, no scatter)
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "lanes.h"
+#include "tokens.h"
 
 #if defined(__SSE__) || defined(__x86_64__)
 #include <xmmintrin.h>
@@ -137,13 +139,6 @@ LISA_CLONES void weight_grad_row(const T* grad, const T* in, T* dw, T* db, int64
       }
     }
   }
-}
-
-// The number of (batch, head) pairs: the product of the dimensions before (tokens, width).
-int64_t leading(const at::Tensor& t) {
-  int64_t bh = 1;
-  for (int64_t i = 0; i + 2 < t.dim(); ++i) bh *= t.size(i);
-  return bh;
 }
 
 void check_depthwise(const at::Tensor& x, const at::Tensor& weight, int64_t p, int64_t h, int64_t w) {

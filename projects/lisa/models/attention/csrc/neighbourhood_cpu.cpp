@@ -1,9 +1,9 @@
 // Fused CPU kernel of LiSA's local branch (projects/lisa/models/attention/local.py):
 // softmax attention over each grid token's k x k neighbourhood, forward and backward.
 //
-// Tensors are (..., p + H*W, d) contiguous, BH batch-heads in the leading dimensions (allocated
-// in the caller's layout, so the gradients need no reshape), the last H*W tokens on a row-major grid;
-// the p prefix tokens are handled by the caller. Per grid token i and in-image
+// Tensors are (..., p + H*W, d) contiguous, BH batch-heads in the leading dimensions (outputs
+// allocated in the caller's layout, so the gradients need no reshape), the last H*W tokens on a
+// row-major grid; the p prefix tokens are handled by the caller. Per grid token i and in-image
 // neighbour j = i + o:
 //
 //   a_o(i) = softmax_o(scale q_i.k_j),   Y_i = w sum_o a_o(i) v_j
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "lanes.h"
+#include "tokens.h"
 
 namespace {
 
@@ -179,13 +180,6 @@ LISA_CLONES void key_grad_row(const T* grad, const T* q, const T* attn, const T*
     combine(dk + j * d, sc.s.data(), sc.a.data(), g.kk, d);
     combine(dv_out + j * dv, sc.t.data(), sc.b.data(), g.kk, dv);
   }
-}
-
-// The number of (batch, head) pairs: the product of the dimensions before (tokens, width).
-int64_t leading(const at::Tensor& t) {
-  int64_t bh = 1;
-  for (int64_t i = 0; i + 2 < t.dim(); ++i) bh *= t.size(i);
-  return bh;
 }
 
 void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out_scale,
