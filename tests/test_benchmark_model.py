@@ -53,6 +53,21 @@ def test_dense_table_of_several_processes_gives_the_median_and_range_of_their_ra
                                         '1.01x (0.55–1.04) / 1.00x (1.00–1.00)']
 
 
+def test_dense_table_adds_the_counted_flops_and_their_ratios():
+    args = benchmark_model.parse_args(['--dense', '--train-size', '64', '64', '--infer-size', '64', '128'])
+    rows = [row('pvt', 'PVT-T', (1, 1), (1, 1)), row('pvt', 'FLatten-PVT-T', (1, 1), (1, 1)),
+            row('pvt', 'LiSA-PVT-T', (1, 1), (1, 1))]
+    for r, (train, infer) in zip(rows, [(2.0e9, 8.0e9), (1.6e9, 5.0e9), (1.7e9, 5.5e9)]):
+        r['train_flops'], r['infer_flops'] = train, infer
+    table = benchmark_model.dense_table(rows, args).split('\n\n')[1]
+    lines = {line.split(' | ')[0][2:]: line.split(' | ') for line in table.split('\n')}
+    assert lines['model'][1] == 'GFLOPs 64×64 / 64×128 (forward, counted)'
+    # 1.7 / 2.0 = 0.85, 5.5 / 8 = 0.6875; 1.7 / 1.6 = 1.0625, 5.5 / 5 = 1.1
+    assert lines['LiSA-PVT-T'][1:] == ['1.7 / 5.5', '0.850x / 0.688x', '1.062x / 1.100x |']
+    assert 'GFLOPs' not in benchmark_model.dense_table([{k: v for k, v in r.items() if 'flops' not in k}
+                                                        for r in rows], args)
+
+
 @pytest.mark.slow
 def test_dense_benchmark_times_the_three_pvt_models_and_writes_the_markdown(tmp_path):
     benchmark_model.main(['--dense', '--families', 'pvt', '--train-size', '64', '64', '--infer-size', '64', '96',
@@ -67,6 +82,11 @@ def test_dense_benchmark_times_the_three_pvt_models_and_writes_the_markdown(tmp_
     table = (tmp_path / 'docs' / 'dense.md').read_text()
     assert table == (tmp_path / 'benchmark_dense.md').read_text()
     assert '| LiSA-PVT-T | Semantic FPN backbone + neck |' in table and 'inference 64×96' in table
+    # the parent counts the FLOPs once, the processes do not; LiSA adds the walk and the local branch to FLatten
+    assert 'GFLOPs 64×64 / 64×96' in table and not any('train_flops' in p for r in rows for p in r['processes'])
+    flatten, lisa = rows[1], rows[2]
+    assert lisa['train_flops'] > flatten['train_flops'] and lisa['infer_flops'] > flatten['infer_flops']
+    assert lisa['infer_flops'] > lisa['train_flops']  # 64 x 96 > 64 x 64
 
 
 @pytest.mark.slow

@@ -44,7 +44,10 @@ of a process: one model's time can move by far more from one process to the
 next than between the runs of one process. With
 ``--processes N`` the measurement runs in N fresh interpreters one after
 another; each time is then the median over the processes and each ratio the
-median of the processes' own ratios, with their range.
+median of the processes' own ratios, with their range. A second table gives
+each model's counted FLOPs (this project's counter, ``tools/get_flops.py``:
+one multiply-add = one FLOP) for the forward at both inputs and their
+ratios: the speed the FLOPs allow, beside the speed measured.
 
 DeiT-T needs torch alone (and matplotlib for the plot); ``--dense`` needs
 mmengine, mmcv and mmseg. Runs on the CPU and on
@@ -79,6 +82,7 @@ from projects.lisa.analysis.benchmark import (
 from projects.lisa.analysis.deit import DEIT_TINY_ATTENTIONS as ATTENTIONS
 from projects.lisa.analysis.deit import PAPER_TABLE13 as PAPER
 from projects.lisa.analysis.deit import DeiT
+from projects.lisa.analysis.flops import model_complexity
 from projects.lisa.models.attention import local
 
 PATCH = 16
@@ -224,6 +228,17 @@ def measure_dense(family: str, args, device: torch.device) -> list[dict]:
              **{f'infer_{c}_ms': 1e3 * t for c, t in infer[name].items()}} for name in configs]
 
 
+def count_dense_flops(family: str, args) -> dict[str, tuple[int, int]]:
+    """Counted FLOPs of each model's forward of one image at ``--train-size`` and at ``--infer-size``."""
+    _, parts, configs = DENSE[family]
+    flops = {}
+    for name, cfg in configs.items():
+        model = DenseParts(CONFIGS / cfg, parts).eval()
+        flops[name] = tuple(model_complexity(model, (torch.randn(1, 3, *size), )).flops
+                            for size in (args.train_size, args.infer_size))
+    return flops
+
+
 TIMES = tuple(f'{kind}_{clock}_ms' for kind in ('train', 'infer') for clock in ('cpu', 'wall'))
 
 
@@ -267,6 +282,24 @@ def dense_table(rows: list[dict], args) -> str:
             lines.append(f"| {r['model']} | {r['measured']} | {cell(r, 'train')} | {cell(r, 'infer')} | "
                          f"{ratio(r, base, 'train')} | {ratio(r, flatten, 'train')} | "
                          f"{ratio(r, base, 'infer')} | {ratio(r, flatten, 'infer')} |")
+    if all('train_flops' in r for r in rows):
+        lines += ['', flops_table(rows, train, infer)]
+    return '\n'.join(lines)
+
+
+def flops_table(rows: list[dict], train: str, infer: str) -> str:
+    """Markdown table of the rows' counted forward FLOPs and their ratios to the softmax model and to FLatten."""
+    lines = [f'| model | GFLOPs {train} / {infer} (forward, counted) | / softmax | / FLatten |', '|---|---|---|---|']
+    for family in dict.fromkeys(r['family'] for r in rows):
+        rs = [r for r in rows if r['family'] == family]
+        base, flatten = rs[0], next((r for r in rs if r['model'].startswith('FLatten')), None)
+
+        def ratio(r, ref):
+            return '-' if ref is None else ' / '.join(f"{r[k] / ref[k]:.3f}x" for k in ('train_flops', 'infer_flops'))
+
+        for r in rs:
+            lines.append(f"| {r['model']} | {r['train_flops'] / 1e9:.1f} / {r['infer_flops'] / 1e9:.1f} | "
+                         f"{ratio(r, base)} | {ratio(r, flatten)} |")
     return '\n'.join(lines)
 
 
@@ -295,6 +328,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     dense.add_argument('--batch', type=int, default=1, help='images per training step')
     dense.add_argument('--processes', type=int, default=1,
                        help='measure in this many fresh interpreters, one after another (see above)')
+    dense.add_argument('--no-flops', action='store_true',
+                       help='leave out the FLOP count (the processes of --processes N do: their parent counts)')
     args = parser.parse_args(argv)
     if args.device == 'auto':
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -351,7 +386,8 @@ def measure_in_processes(args) -> list[list[dict]]:
         argv = ['--dense', '--families', *args.families, '--train-size', *map(str, args.train_size),
                 '--infer-size', *map(str, args.infer_size), '--batch', str(args.batch), '--warmup', str(args.warmup),
                 '--repeats', str(args.repeats), '--budget', str(args.budget), '--threads', str(args.threads),
-                '--device', args.device, '--out', str(out)] + (['--glibc-malloc'] if args.glibc_malloc else [])
+                '--device', args.device, '--out', str(out), '--no-flops']
+        argv += ['--glibc-malloc'] if args.glibc_malloc else []
         print(f'process {i + 1} of {args.processes}', flush=True)
         subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv], check=True)
         runs.append(json.loads((out / 'benchmark_dense.json').read_text())['rows'])
@@ -376,6 +412,12 @@ def dense_main(args, device: torch.device, device_name: str) -> None:
                 print(f"  {row['model']:15s} train {row['train_cpu_ms']:.0f} ms CPU, {row['train_wall_ms']:.0f} ms "
                       f"wall; inference {row['infer_cpu_ms']:.0f} ms CPU, {row['infer_wall_ms']:.0f} ms wall",
                       flush=True)
+    if not args.no_flops:
+        for family in args.families:
+            flops = count_dense_flops(family, args)
+            for row in rows:
+                if row['family'] == family:
+                    row['train_flops'], row['infer_flops'] = flops[row['model']]
     report = dense_table(rows, args) + f'\n\nload average at the end: {os.getloadavg()[0]:.2f}'
     print(report)
     write(args, 'benchmark_dense', title, rows, report)
