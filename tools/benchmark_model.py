@@ -82,7 +82,6 @@ from projects.lisa.analysis.benchmark import (
 from projects.lisa.analysis.deit import DEIT_TINY_ATTENTIONS as ATTENTIONS
 from projects.lisa.analysis.deit import PAPER_TABLE13 as PAPER
 from projects.lisa.analysis.deit import DeiT
-from projects.lisa.analysis.flops import model_complexity
 from projects.lisa.models.attention import local
 
 PATCH = 16
@@ -230,6 +229,8 @@ def measure_dense(family: str, args, device: torch.device) -> list[dict]:
 
 def count_dense_flops(family: str, args) -> dict[str, tuple[int, int]]:
     """Counted FLOPs of each model's forward of one image at ``--train-size`` and at ``--infer-size``."""
+    from projects.lisa.analysis.flops import model_complexity  # mmengine's counter: only --dense needs mm
+
     _, parts, configs = DENSE[family]
     flops = {}
     for name, cfg in configs.items():
