@@ -66,6 +66,7 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -253,6 +254,13 @@ def merge_processes(runs: list[list[dict]]) -> list[dict]:
     return merged
 
 
+def families(rows: list[dict]) -> Iterator[tuple[list[dict], dict, dict | None]]:
+    """Per family, in the rows' order: its rows, its softmax model (the first) and its FLatten model."""
+    for family in dict.fromkeys(r['family'] for r in rows):
+        rs = [r for r in rows if r['family'] == family]
+        yield rs, rs[0], next((r for r in rs if r['model'].startswith('FLatten')), None)
+
+
 def dense_table(rows: list[dict], args) -> str:
     """Markdown table: times (CPU / wall) and their ratios to the softmax model and to FLatten; for rows
     of several processes (:func:`merge_processes`) each ratio is the median of the processes' ratios,
@@ -261,9 +269,7 @@ def dense_table(rows: list[dict], args) -> str:
     lines = [f'| model | measured | train step {train} ms (CPU / wall) | inference {infer} ms (CPU / wall) '
              '| train / softmax | train / FLatten | inference / softmax | inference / FLatten |',
              '|---|---|---|---|---|---|---|---|']
-    for family in dict.fromkeys(r['family'] for r in rows):
-        rs = [r for r in rows if r['family'] == family]
-        base, flatten = rs[0], next((r for r in rs if r['model'].startswith('FLatten')), None)
+    for rs, base, flatten in families(rows):
 
         def cell(r, kind, fmt='{:.0f}'):
             return ' / '.join(fmt.format(r[f'{kind}_{c}_ms']) for c in ('cpu', 'wall'))
@@ -291,9 +297,7 @@ def dense_table(rows: list[dict], args) -> str:
 def flops_table(rows: list[dict], train: str, infer: str) -> str:
     """Markdown table of the rows' counted forward FLOPs and their ratios to the softmax model and to FLatten."""
     lines = [f'| model | GFLOPs {train} / {infer} (forward, counted) | / softmax | / FLatten |', '|---|---|---|---|']
-    for family in dict.fromkeys(r['family'] for r in rows):
-        rs = [r for r in rows if r['family'] == family]
-        base, flatten = rs[0], next((r for r in rs if r['model'].startswith('FLatten')), None)
+    for rs, base, flatten in families(rows):
 
         def ratio(r, ref):
             return '-' if ref is None else ' / '.join(f"{r[k] / ref[k]:.3f}x" for k in ('train_flops', 'infer_flops'))
@@ -414,11 +418,9 @@ def dense_main(args, device: torch.device, device_name: str) -> None:
                       f"wall; inference {row['infer_cpu_ms']:.0f} ms CPU, {row['infer_wall_ms']:.0f} ms wall",
                       flush=True)
     if not args.no_flops:
-        for family in args.families:
-            flops = count_dense_flops(family, args)
-            for row in rows:
-                if row['family'] == family:
-                    row['train_flops'], row['infer_flops'] = flops[row['model']]
+        flops = {name: f for family in args.families for name, f in count_dense_flops(family, args).items()}
+        for row in rows:
+            row['train_flops'], row['infer_flops'] = flops[row['model']]
     report = dense_table(rows, args) + f'\n\nload average at the end: {os.getloadavg()[0]:.2f}'
     print(report)
     write(args, 'benchmark_dense', title, rows, report)
