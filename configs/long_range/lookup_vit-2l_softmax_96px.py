@@ -1,0 +1,54 @@
+# Long-range lookup probe (projects/lisa/synthetic/long_range.py), the shared recipe of every attention:
+# a 2-layer ViT (width 64, 2 heads, patch 4 px: a 24x24 token grid on 96 px images, no class token),
+# a 1x1 classifier on its tokens (FCNHead without convs: no spatial mixing outside the attention)
+# and one schedule. The other configs of this folder change `attn_cfgs` only.
+# Data: `python tools/long_range.py --generate-only` writes it.
+custom_imports = dict(imports=['projects.lisa', 'projects.lisa.synthetic.long_range_metric'],
+                      allow_failed_imports=False)
+_base_ = ['mmseg::_base_/default_runtime.py', '../_base_/lisa_runtime.py']
+
+data_root = 'data/long_range/lookup_hops1-2'  # the quick setting's difficulty
+img_size = 96
+max_iters = 600
+attn_cfgs = dict(type='softmax')
+
+model = dict(
+    type='EncoderDecoder',
+    data_preprocessor=dict(type='SegDataPreProcessor', mean=[127.5] * 3, std=[64.0] * 3, bgr_to_rgb=True,
+                           pad_val=0, seg_pad_val=255, size=(img_size, img_size)),
+    backbone=dict(
+        type='LiSAViT', arch=dict(embed_dims=64, num_layers=2, num_heads=2, feedforward_channels=128),
+        attn_cfgs=attn_cfgs, patch_size=4, pretrain_img_size=img_size, with_cls_token=False,
+        out_type='featmap', drop_path_rate=0.0),
+    decode_head=dict(
+        type='FCNHead', in_channels=64, channels=64, num_convs=0, concat_input=False, in_index=0,
+        num_classes=2, dropout_ratio=0.0, align_corners=False,
+        loss_decode=dict(type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0)),
+    train_cfg=dict(),
+    test_cfg=dict(mode='whole'))
+
+pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'), dict(type='PackSegInputs')]
+dataset = dict(type='BaseSegDataset', data_root=data_root, metainfo=dict(classes=('other', 'target')),
+               img_suffix='.png', seg_map_suffix='.png', reduce_zero_label=False, pipeline=pipeline)
+train_dataloader = dict(
+    batch_size=8, num_workers=0, persistent_workers=False, sampler=dict(type='InfiniteSampler', shuffle=True),
+    dataset=dict(**dataset, data_prefix=dict(img_path='img_dir/train', seg_map_path='ann_dir/train')))
+val_dataloader = dict(
+    batch_size=8, num_workers=0, persistent_workers=False, sampler=dict(type='DefaultSampler', shuffle=False),
+    dataset=dict(**dataset, data_prefix=dict(img_path='img_dir/val', seg_map_path='ann_dir/val')))
+test_dataloader = val_dataloader
+# Pixel accuracy per distance bin (px; 16 px = 4 tokens) and hop count.
+val_evaluator = dict(type='LongRangeAccuracy', distance_bins=(0, 16, 32, 48, 64, 200))
+test_evaluator = val_evaluator
+
+optim_wrapper = dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.01),
+                     clip_grad=dict(max_norm=1.0))
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.1, begin=0, end=50, by_epoch=False),
+    dict(type='CosineAnnealingLR', eta_min=0.0, begin=50, end=max_iters, by_epoch=False)]
+train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters)
+val_cfg = dict(type='ValLoop')
+test_cfg = dict(type='TestLoop')
+default_hooks = dict(logger=dict(interval=50), checkpoint=dict(type='CheckpointHook', by_epoch=False,
+                                                               interval=max_iters, max_keep_ckpts=1))
+randomness = dict(seed=0)

@@ -1,0 +1,44 @@
+# Pathfinder classification (projects/lisa/synthetic/long_range.py, `pathfinder_cls`): are the two markers
+# on one contour? The lookup probe's 2-layer ViT (width 64, patch 4, no class token), its tokens averaged
+# into a linear classifier (mmpretrain), with the lookup probe's schedule.
+# Data: `tools/long_range.py --task pathfinder_cls --generate-only`.
+custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+_base_ = ['mmpretrain::_base_/default_runtime.py', '../_base_/lisa_runtime.py']
+
+data_root = 'data/long_range/pathfinder_cls'
+img_size = 64
+max_iters = 600
+
+model = dict(
+    type='ImageClassifier',
+    data_preprocessor=dict(type='ClsDataPreProcessor', num_classes=2, mean=[127.5] * 3, std=[64.0] * 3,
+                           to_rgb=True),
+    backbone=dict(
+        type='LiSAViT', arch=dict(embed_dims=64, num_layers=2, num_heads=2, feedforward_channels=128),
+        attn_cfgs=dict(type='lisa'), patch_size=4, pretrain_img_size=img_size, with_cls_token=False,
+        out_type='avg_featmap', drop_path_rate=0.0),
+    neck=None,
+    head=dict(type='LinearClsHead', num_classes=2, in_channels=64,
+              loss=dict(type='CrossEntropyLoss', loss_weight=1.0)))
+
+pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
+dataset = dict(type='CustomDataset', data_root=data_root, pipeline=pipeline)
+train_dataloader = dict(batch_size=8, num_workers=0, persistent_workers=False,
+                        sampler=dict(type='InfiniteSampler', shuffle=True), dataset=dict(**dataset, data_prefix='train'))
+val_dataloader = dict(batch_size=8, num_workers=0, persistent_workers=False,
+                      sampler=dict(type='DefaultSampler', shuffle=False), dataset=dict(**dataset, data_prefix='val'))
+test_dataloader = val_dataloader
+val_evaluator = dict(type='Accuracy', topk=(1, ))
+test_evaluator = val_evaluator
+
+optim_wrapper = dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.01),
+                     clip_grad=dict(max_norm=1.0))
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.1, begin=0, end=50, by_epoch=False),
+    dict(type='CosineAnnealingLR', eta_min=0.0, begin=50, end=max_iters, by_epoch=False)]
+train_cfg = dict(by_epoch=False, max_iters=max_iters, val_interval=max_iters)
+val_cfg = dict()
+test_cfg = dict()
+default_hooks = dict(logger=dict(interval=50), checkpoint=dict(type='CheckpointHook', by_epoch=False,
+                                                               interval=max_iters, max_keep_ckpts=1))
+randomness = dict(seed=0)

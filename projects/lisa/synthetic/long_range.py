@@ -1,0 +1,295 @@
+"""Long-range probes: tasks whose labels are decided far from the pixel they label.
+
+Two families, each deterministic by seed (image ``i`` of a split draws from its own
+stream keyed by (seed, task, split, i)) and written in the formats mm datasets read:
+
+* **Lookup** (segmentation, :func:`lookup_scene`). The image is a grid of
+  ``cell``-pixel cells (one patch token each for a backbone of that patch size) over a
+  grey noisy background. A *cue* (white ring, centre colour ``c_0``) starts a chain of
+  pointers through *relays* (ring colour = the relay's name, centre colour = where it
+  points): ``c_0 -> relay named c_0 -> its centre c_1 -> ...`` until a colour names no
+  relay; that colour ``c_{h-1}`` selects the *targets*. Every image holds ``relays``
+  relays with distinct ring colours, so the chain is unique and the others are
+  distractors. Solid single-colour cells (*shapes*) are labelled 1 if their colour is
+  ``c_{h-1}`` and 0 otherwise, half of them each; every other pixel is 255 (ignored).
+  ``h`` (the *hops*: lookups from the cue to the answer) is drawn per image from
+  ``hops``; a shape's *distance* is the Euclidean distance in pixels from its cell
+  centre to the cue's, and ``distance=(lo, hi)`` (in cells) bounds where shapes lie.
+  A model whose receptive field does not reach from a shape to the cue (and through
+  the relays) sees a coloured cell and nothing that says whether it is a target:
+  chance is 50 %.
+* **Connectivity** (Pathfinder-style, :func:`pathfinder_scene`). Smooth dashed curves
+  that never touch; segmentation: the pixels of the curve holding the marker (a
+  disc at one of its ends) are 1, the other curves' pixels 0, the background 255
+  (ignored); classification: two markers on the ends of one curve ("connected") or
+  of two ("disconnected"). On the marked curve a pixel's distance is its arc length
+  (px) from the marker and its hops the dash gaps crossed on the way (a local model
+  must bridge each gap); on the others, the Euclidean distance to the marker and 0
+  hops. An image's are those of the marker pair (the path between them for connected
+  pairs, the Euclidean distance and 0 hops otherwise).
+
+On disk (``write_probe``): segmentation ``img_dir/{train,val}/%06d.png``,
+``ann_dir/{train,val}/%06d.png`` (uint8 labels) and ``probe/{train,val}/%06d.npy``
+(uint16 ``(2, H, W)``: distance in px rounded, hops), read by mmseg's
+``BaseSegDataset`` and :class:`~projects.lisa.synthetic.long_range_metric.LongRangeAccuracy`;
+classification ``{train,val}/{connected,disconnected}/%06d.png`` (mmpretrain's
+``CustomDataset``, classes in folder order) and ``meta/{train,val}.json`` (file ->
+distance, hops).
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from scipy.ndimage import binary_dilation
+
+PALETTE = np.array([(230, 40, 40), (40, 200, 60), (50, 80, 235), (240, 220, 40), (220, 60, 220),
+                    (40, 220, 230)], dtype=float)
+"""The colours of cue centres, relays and shapes (red, green, blue, yellow, magenta, cyan)."""
+CUE_RING = (255, 255, 255)
+IGNORE = 255
+LOOKUP_CLASSES = ('other', 'target')
+PATHFINDER_SEG_CLASSES = ('distractor', 'connected')
+PATHFINDER_CLS_CLASSES = ('connected', 'disconnected')  # label order = sorted folder names
+TASKS = ('lookup', 'pathfinder_seg', 'pathfinder_cls')
+
+
+def rng_for(seed: int, task: str, split: str, index: int) -> np.random.Generator:
+    """The random stream of one image: keyed by (seed, task, split, index)."""
+    return np.random.default_rng([seed, zlib.crc32(f'{task}/{split}'.encode()), index])
+
+
+def _check_range(name: str, value: Sequence[float], low: float) -> tuple[float, float]:
+    if len(value) != 2 or not low <= value[0] <= value[1]:
+        raise ValueError(f'{name}={tuple(value)} must be (lo, hi) with {low} <= lo <= hi')
+    return float(value[0]), float(value[1])
+
+
+def lookup_scene(rng: np.random.Generator, size: int = 96, cell: int = 4, hops: Sequence[int] = (1, 1),
+                 relays: int = 3, shapes: int = 16, distance: Sequence[float] = (0, math.inf),
+                 noise: float = 8.0) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """One lookup image ``(H, W, 3)`` uint8, labels ``(H, W)`` uint8, probe ``(2, H, W)`` uint16
+    (distance px, hops) and its hop count (see the module docstring).
+
+    Args:
+        size: image side (px), a multiple of ``cell``.
+        cell: cell side (px), >= 4 (a ring around a 2x2 centre fits).
+        hops: inclusive range of the hop count, drawn uniformly per image; ``hi <= relays + 1``.
+        relays: relays per image (chain and distractors), at most ``len(PALETTE) - 1``.
+        shapes: shape cells per image (even: half targets).
+        distance: range (in cells) of a shape's distance to the cue.
+        noise: standard deviation of the pixel noise.
+    """
+    if cell < 4 or size % cell or size < 8 * cell:
+        raise ValueError(f'size={size}, cell={cell}: need cell >= 4 and size a multiple of cell, >= 8 cells')
+    lo_h, hi_h = (int(h) for h in _check_range('hops', hops, 1))
+    if not 0 <= relays < len(PALETTE):
+        raise ValueError(f'relays={relays} must be in [0, {len(PALETTE) - 1}]')
+    if hi_h > relays + 1:
+        raise ValueError(f'hops={tuple(hops)}: {hi_h} hops need >= {hi_h - 1} relays, got relays={relays}')
+    if shapes < 2 or shapes % 2:
+        raise ValueError(f'shapes={shapes} must be an even number >= 2')
+    d_lo, d_hi = _check_range('distance', distance, 0)
+    grid = size // cell
+    h = int(rng.integers(lo_h, hi_h + 1))
+    # Chain colours c_0 .. c_{h-1} distinct; relays named c_0 .. c_{h-2} point along it, the
+    # distractors are named by colours outside the chain (so c_{h-1} names no relay).
+    order = rng.permutation(len(PALETTE))
+    chain, spare = order[:h], order[h:]
+    named = [*chain[:-1], *spare[:relays - (h - 1)]]
+    points = [*chain[1:], *(int(rng.choice([c for c in range(len(PALETTE)) if c != n]))
+                            for n in spare[:relays - (h - 1)])]
+    answer = chain[-1]
+
+    cells = rng.permutation(grid * grid)
+    cue, relay_cells, rest = cells[0], cells[1:1 + relays], cells[1 + relays:]
+    cy, cx = divmod(int(cue), grid)
+    ry, rx = np.divmod(rest, grid)
+    dist_cells = np.hypot(ry - cy, rx - cx)
+    free = rest[(dist_cells >= d_lo) & (dist_cells <= d_hi)]
+    if len(free) < shapes:
+        raise ValueError(f'distance={tuple(distance)}: only {len(free)} free cells lie in range, '
+                         f'{shapes} shapes needed')
+    shape_cells = free[:shapes]
+    others = [c for c in range(len(PALETTE)) if c != answer]
+    colours = np.concatenate([np.full(shapes // 2, answer), rng.choice(others, shapes - shapes // 2)])
+
+    image = np.full((size, size, 3), 128.0) + rng.normal(0, 12, (1, 1, 3))
+    label = np.full((size, size), IGNORE, np.uint8)
+    probe = np.zeros((2, size, size), np.uint16)
+    inner = slice(cell // 2 - 1, cell // 2 + 1)
+
+    def box(c: int) -> tuple[slice, slice]:
+        y, x = divmod(int(c), grid)
+        return slice(y * cell, (y + 1) * cell), slice(x * cell, (x + 1) * cell)
+
+    def ringed(c: int, ring: Sequence[float], centre: Sequence[float]) -> None:
+        patch = np.empty((cell, cell, 3))
+        patch[:] = ring
+        patch[inner, inner] = centre
+        image[box(c)] = patch
+
+    ringed(cue, CUE_RING, PALETTE[chain[0]])
+    for c, n, p in zip(relay_cells, named, points):
+        ringed(c, PALETTE[n], PALETTE[p])
+    for c, colour in zip(shape_cells, colours):
+        ys, xs = box(c)
+        image[ys, xs] = PALETTE[colour]
+        label[ys, xs] = int(colour == answer)
+        y, x = divmod(int(c), grid)
+        probe[0, ys, xs] = round(cell * math.hypot(y - cy, x - cx))
+        probe[1, ys, xs] = h
+    image += rng.normal(0, noise, image.shape)
+    return np.clip(image.round(), 0, 255).astype(np.uint8), label, probe, h
+
+
+def _curve(rng: np.random.Generator, size: int, length: int, turn: float) -> np.ndarray:
+    """``(L, 2)`` integer pixels ``(y, x)`` of a smooth random curve of ``length`` unit steps
+    (heading changes by N(0, turn) rad per step), an 8-connected path that touches itself only
+    between neighbours along it; an empty array if it leaves the image or touches itself."""
+    margin = 3
+    start = rng.uniform(margin, size - margin, 2)
+    towards_centre = math.atan2(size / 2 - start[0], size / 2 - start[1])
+    heading = towards_centre + rng.uniform(-1, 1) + np.cumsum(rng.normal(0, turn, length))
+    path = start + np.cumsum(np.stack([np.sin(heading), np.cos(heading)], 1), 0)
+    if (path < margin).any() or (path > size - 1 - margin).any():
+        return np.empty((0, 2), int)
+    pixels = path.round().astype(int)
+    pixels = pixels[np.concatenate([[True], (np.diff(pixels, axis=0) != 0).any(1)])]
+    # Drop each corner pixel whose neighbours along the curve touch (an L-step): then the
+    # index along the curve is the geodesic (8-connected) distance to its start.
+    thin = [pixels[0]]
+    for i in range(1, len(pixels) - 1):
+        if np.abs(pixels[i + 1] - thin[-1]).max() > 1:
+            thin.append(pixels[i])
+    thin = np.array([*thin, pixels[-1]])
+    apart = np.abs(thin[:, None] - thin[None]).max(-1) > 1
+    if not apart[np.triu_indices(len(thin), 2)].all():
+        return np.empty((0, 2), int)  # the curve touches itself
+    return thin
+
+
+def _curves(rng: np.random.Generator, size: int, count: int, length: int,
+            attempts: int = 200) -> list[np.ndarray]:
+    """``count`` curves whose pixels stay >= 3 px (Chebyshev) apart, so no two ever touch."""
+    taken = np.zeros((size, size), bool)
+    curves: list[np.ndarray] = []
+    for _ in range(attempts):
+        if len(curves) == count:
+            return curves
+        pixels = _curve(rng, size, length, turn=0.12)
+        if not len(pixels):
+            continue
+        mask = np.zeros_like(taken)
+        mask[pixels[:, 0], pixels[:, 1]] = True
+        if (binary_dilation(mask, iterations=3) & taken).any():
+            continue
+        taken |= mask
+        curves.append(pixels)
+    raise RuntimeError(f'could not place {count} curves of length {length} in {size}x{size} px; '
+                       'use fewer distractors or a shorter length')
+
+
+def pathfinder_scene(rng: np.random.Generator, size: int = 64, length: int | None = None, distractors: int = 2,
+                     dash: int = 4, gap: int = 2, connected: bool | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """One Pathfinder image ``(H, W, 3)`` uint8, segmentation labels ``(H, W)`` uint8 (0/1/255),
+    probe ``(2, H, W)`` uint16 (distance px from the marker, gaps crossed) and the
+    classification record ``dict(connected, distance, hops, markers)``.
+
+    Args:
+        size: image side, 32-256 px.
+        length: curve length in px (the difficulty knob; default ``size // 2``).
+        distractors: curves besides the marked one (>= 1 for a disconnected pair).
+        dash, gap: dash and gap lengths along a curve (px); ``gap=0`` draws solid curves.
+        connected: the classification label; None draws it with probability 1/2.
+    """
+    if not 32 <= size <= 256:
+        raise ValueError(f'size={size} must be in [32, 256]')
+    length = size // 2 if length is None else length
+    if length < 2 * (dash + gap):
+        raise ValueError(f'length={length} must be >= 2 * (dash + gap) = {2 * (dash + gap)}')
+    if distractors < 1 or dash < 1 or gap < 0:
+        raise ValueError(f'distractors={distractors}, dash={dash}, gap={gap}: need distractors >= 1, '
+                         'dash >= 1, gap >= 0')
+    connected = bool(rng.random() < 0.5) if connected is None else connected
+    curves = _curves(rng, size, 1 + distractors, length)
+    image = np.full((size, size), 20.0)
+    label = np.full((size, size), IGNORE, np.uint8)
+    probe = np.zeros((2, size, size), np.uint16)
+    first = curves[0]
+    for i, pixels in enumerate(curves):
+        arc = np.arange(len(pixels))
+        on = arc % (dash + gap) < dash
+        y, x = pixels[on, 0], pixels[on, 1]
+        image[y, x] = 230
+        label[y, x] = int(i == 0)
+        if i == 0:
+            probe[0, y, x] = arc[on]
+            probe[1, y, x] = arc[on] // (dash + gap) if gap else 0
+        else:
+            probe[0, y, x] = np.hypot(y - first[0, 0], x - first[0, 1]).round()
+    second = first[-1] if connected else curves[1][0]
+    markers = (first[0], second)
+    yy, xx = np.mgrid[:size, :size]
+    for my, mx in markers:
+        image[(yy - my) ** 2 + (xx - mx) ** 2 <= 4] = 255
+    if connected:
+        distance, hops = len(first) - 1, ((len(first) - 1) // (dash + gap) if gap else 0)
+    else:
+        distance, hops = float(np.hypot(*(first[0] - second))), 0
+    image = np.clip(image + rng.normal(0, 10, image.shape), 0, 255).round().astype(np.uint8)
+    record = dict(connected=connected, distance=float(distance), hops=int(hops),
+                  markers=[[int(v) for v in m] for m in markers])
+    return np.repeat(image[..., None], 3, 2), label, probe, record
+
+
+def write_probe(task: str, out: str | Path, num_train: int, num_val: int, seed: int = 0, **params) -> Path:
+    """Write ``num_train`` + ``num_val`` images of ``task`` (one of :data:`TASKS`) under ``out``
+    with the scene parameters ``params`` (of :func:`lookup_scene` or :func:`pathfinder_scene`);
+    rewrites the folder if the parameters differ from those in its ``probe.json``."""
+    if task not in TASKS:
+        raise ValueError(f'task={task!r} is not one of {TASKS}')
+    if num_train < 1 or num_val < 1:
+        raise ValueError(f'num_train={num_train}, num_val={num_val} must both be >= 1')
+    root = Path(out)
+    spec = dict(task=task, num_train=num_train, num_val=num_val, seed=seed, params=params)
+    marker = root / 'probe.json'
+    if marker.is_file():
+        if json.loads(marker.read_text()) == json.loads(json.dumps(spec)):
+            return root
+        shutil.rmtree(root)  # a folder this function wrote (it holds probe.json), other parameters
+    elif root.exists() and any(root.iterdir()):
+        raise FileExistsError(f'{root} is not empty and holds no probe.json: not overwriting it')
+    for split, count in (('train', num_train), ('val', num_val)):
+        meta = {}
+        for i in range(count):
+            rng = rng_for(seed, task, split, i)
+            name = f'{i:06d}'
+            if task == 'lookup':
+                image, label, probe, _ = lookup_scene(rng, **params)
+            else:
+                image, label, probe, record = pathfinder_scene(rng, **params)
+            if task == 'pathfinder_cls':
+                folder = PATHFINDER_CLS_CLASSES[0 if record['connected'] else 1]
+                path = root / split / folder / f'{name}.png'
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(image).save(path)
+                meta[f'{folder}/{name}.png'] = dict(distance=record['distance'], hops=record['hops'])
+                continue
+            for sub, array in (('img_dir', image), ('ann_dir', label)):
+                (root / sub / split).mkdir(parents=True, exist_ok=True)
+                Image.fromarray(array).save(root / sub / split / f'{name}.png')
+            (root / 'probe' / split).mkdir(parents=True, exist_ok=True)
+            np.save(root / 'probe' / split / f'{name}.npy', probe)
+        if task == 'pathfinder_cls':
+            (root / 'meta').mkdir(parents=True, exist_ok=True)
+            (root / 'meta' / f'{split}.json').write_text(json.dumps(meta, indent=0))
+    marker.write_text(json.dumps(spec))
+    return root
