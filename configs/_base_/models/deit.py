@@ -7,7 +7,10 @@ deit_attention = dict(
     softmax=dict(attn_cfgs=dict(_delete_=True, type='softmax')),
     flatten=dict(attn_cfgs=dict(_delete_=True, type='flatten')),
     linear=dict(attn_cfgs=dict(_delete_=True, type='linear')),  # one hop, no focusing, no depthwise conv
-    angular=dict(attn_cfgs=dict(_delete_=True, type='angular')),  # Castling-ViT's linear angular kernel
+    # Castling-ViT's published linear angular attention (own v_i / 2, per-token L2 norm, 9 x 1 depthwise conv over
+    # the tokens, class token included) and, like that module, no positional encoding on k. The kernel alone is
+    # form='kernel' (projects/lisa/models/attention/angular.py).
+    angular=dict(attn_cfgs=dict(_delete_=True, type='angular', form='castling', pos_shape=None)),
 )
 deit_backbone = dict(
     type='LiSAViT', arch='deit-tiny', pretrain_img_size=224, patch_size=16, drop_path_rate=0.1, **deit_attention['lisa'])
