@@ -1,5 +1,6 @@
-# DeiT-T (softmax attention) under the LiSA-DeiT-T recipe: Table 1, DeiT-T 224 softmax row
-# (72.20 top-1). The model is mmpretrain's VisionTransformer 'deit-tiny' layer for layer.
+# DeiT-T (softmax attention): Table 1, DeiT-T 224 softmax row (72.20 top-1, DeiT's own number).
+# The model is mmpretrain's VisionTransformer 'deit-tiny' layer for layer.
+# Recipe: DeiT's (facebookresearch/deit main.py), as ./deit-tiny_lisa_8xb128_in1k.py states it; no departure of its own.
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = './deit-tiny_lisa_8xb128_in1k.py'
 
