@@ -1,11 +1,12 @@
 # BiFormer-T (bi-level routing attention) on ImageNet-1K at 224 px: Table 2, BiFormer-T row (81.4 top-1),
 # and the ImageNet weights of the dense BiFormer configs.
-# BiFormer's recipe (github.com/rayleizhu/BiFormer: main.py, configs/train_args.yaml, README), DeiT's:
+# Recipe: BiFormer's (github.com/rayleizhu/BiFormer: main.py, configs/train_args.yaml, README), DeiT's:
 # 300 epochs of 1024 images (8 GPUs x 128), AdamW lr 1e-3 (5e-4 x 1024 / 512), weight decay 0.05 (none
 # on 1-D parameters: norms, biases), 5-epoch warm-up from 1e-6, cosine to 1e-5, no gradient clipping;
 # RandAugment (m9, mstd 0.5, increasing), mixup 0.8 / cutmix 1.0, random erasing 0.25, label smoothing
-# 0.1, repeated augmentation (3 repeats); drop path 0.1 for T (the repository's default). BiFormer also keeps
-# an EMA of the weights but reports the plain model's accuracy, so no EMA here.
+# 0.1, repeated augmentation (3 repeats); drop path 0.1 for T: main.py's --drop-path default (also in
+# configs/train_args.yaml), which no T command in the repository overrides.
+# Departure: no EMA of the weights (BiFormer keeps one but evaluates the plain model).
 # The classifier is BiFormer's: final BatchNorm (the backbone's `norm`), global average pooling, linear head.
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
 _base_ = [

@@ -1,13 +1,19 @@
 # LiSA-PVT-T on ImageNet-1K at 224 px: Table 1, PVT-T LiSA row (78.53 top-1), and the ImageNet
 # weights of the dense configs (configs/segmentation, configs/detection load `backbone.*`).
 # LiSA in all four stages without spatial reduction (FLatten's PVT design, see ../_base_/models/pvt.py).
-# The PVT recipe (DeiT's): 300 epochs of 1024 images (8 GPUs x 128), AdamW lr 1e-3 (5e-4 x 1024 / 512),
-# weight decay 0.05, 5-epoch warm-up, cosine to 1e-5, drop path 0.1; augmentation as mmpretrain's
-# DeiT/Swin configs express it:
-# RandAugment (m9, mstd 0.5), mixup 0.8 / cutmix 1.0, random erasing 0.25, label smoothing 0.1.
-# No gradient clipping, as in PVT's own recipe and FLatten's PVT configs (flatten_pvt_*.yaml:
-# CLIP_GRAD None); mmpretrain's Swin schedule inherited here clips at norm 5 (Swin's recipe).
-# The classifier pools the last stage (GAP) into a linear head. PVT v1 instead normalises the
+# Recipe: FLatten's PVT recipe (LeapLabTHU/FLatten-Transformer, Swin codebase: flatten_pvt_*.yaml), which
+# is DeiT's values without DeiT's repeated augmentation: 300 epochs of 1024 images (8 GPUs x 128), AdamW
+# lr 1e-3 (5e-4 x 1024 / 512), weight decay 0.05, 5-epoch warm-up, cosine to 1e-5, drop path 0.1,
+# RandAugment (m9, mstd 0.5), mixup 0.8 / cutmix 1.0, random erasing 0.25, label smoothing 0.1, no
+# repeated augmentation, no gradient clipping (CLIP_GRAD None; mmpretrain's Swin schedule inherited
+# here clips at norm 5, Swin's recipe, so clipping is switched off).
+# Why FLatten's and not PVT's own: PVT's code (whai362/PVT, DeiT's main.py) turns repeated augmentation
+# on, FLatten's does not. The paper's PVT comparison is LiSA against FLatten-PVT, whose numbers come
+# from FLatten's recipe, and LiSA-PVT takes FLatten's PVT design, so all three PVT rows train under it.
+# The PVT softmax rows' published numbers (75.1 / 79.8) are PVT's own, from its recipe with repeated
+# augmentation: a softmax row trained here may land below them.
+# Departure (of the model, not the recipe): the classifier pools the last stage (GAP) into a linear
+# head. PVT v1 instead normalises the
 # last stage and reads a class token; LiSAPVT is the dense-prediction backbone and has neither,
 # so the checkpoint holds exactly the backbone the dense configs build.
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
