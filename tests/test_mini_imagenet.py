@@ -108,3 +108,12 @@ def test_tool_refuses_a_folder_that_is_not_an_imagenet_root_or_a_non_empty_outpu
     (tmp_path / 'mini' / 'old').touch()
     code, _, err = run_tool(capsys, str(tmp_path), '--out', str(tmp_path / 'mini'))
     assert code == 2 and 'exists and is not empty' in err
+
+
+def test_tool_help_states_which_images_and_resolution_it_chose(capsys):
+    code, out, _ = run_tool(capsys, '--help')
+    text = ' '.join(out.split())  # argparse re-wraps the text
+    assert code == 0
+    assert 'the first 600 of each class by file name, split 500 train / 100 val' in text
+    assert "linked at ImageNet's full resolution (the configs crop 224 px" in text
+    assert 'usually stored at 84 x 84 px, and the LiSA paper defines neither' in text

@@ -9,6 +9,9 @@ result is the folder-per-class layout that configs/_base_/datasets/mini_imagenet
     <out>/val/<wnid>/<file>     100 images per class
 
 for the 100 classes of ``projects.lisa.datasets.mini_imagenet`` (its docstring gives the split).
+The images are the first 600 of each class by file name, linked at full resolution (the configs
+crop 224 px); the common mini-ImageNet lists other images and stores them at 84 x 84 px, and the
+LiSA paper defines neither (:data:`CHOICE`).
 Every class and file is checked before anything is written; missing classes and classes with
 fewer than 600 images are listed. An existing non-empty output folder is refused.
 """
@@ -19,9 +22,14 @@ import os
 import sys
 from pathlib import Path
 
-from projects.lisa.datasets.mini_imagenet import IMAGES_PER_CLASS, MINI_IMAGENET_CLASSES, split_class
+from projects.lisa.datasets.mini_imagenet import IMAGES_PER_CLASS, MINI_IMAGENET_CLASSES, TRAIN_PER_CLASS, split_class
 
 EXTENSIONS = ('.jpeg', '.jpg', '.png')
+#: What ``--help`` tells the user about the images chosen.
+CHOICE = (f'Which images: the first {IMAGES_PER_CLASS} of each class by file name, split {TRAIN_PER_CLASS} train / '
+          f'{IMAGES_PER_CLASS - TRAIN_PER_CLASS} val, linked at ImageNet\'s full resolution (the configs crop 224 px '
+          'from them, as on ImageNet-1K). This is a choice: the common mini-ImageNet (Ravi & Larochelle\'s csv files) '
+          'lists specific images per class and is usually stored at 84 x 84 px, and the LiSA paper defines neither.')
 
 
 def plan(imagenet: Path) -> dict[str, tuple[list[Path], list[Path]]]:
@@ -66,7 +74,7 @@ def link(splits: dict[str, tuple[list[Path], list[Path]]], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=CHOICE)
     parser.add_argument('imagenet', type=Path, help='ImageNet-1K root (holds train/<wnid>/)')
     parser.add_argument('--out', type=Path, default=Path('data/mini-imagenet'),
                         help='output folder (default: data/mini-imagenet)')

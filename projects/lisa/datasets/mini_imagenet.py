@@ -8,8 +8,12 @@ class's images instead (the LiSA paper does not define its split; 500 / 100 is t
     images of a class = its ImageNet-1K training images sorted by file name, the first 600
     train = images[:500],  val = images[500:600]
 
-The csv files list their 600 images per class by an index into a resized copy of ImageNet, not
-by ImageNet file name, so the images (not the classes) may differ from that copy's.
+Which images, and at what size, is this project's choice; the LiSA paper defines neither. The
+first 600 by file name are taken at ImageNet's full resolution, and the configs crop 224 px from
+them as on ImageNet-1K. The common mini-ImageNet differs on both counts: Ravi & Larochelle's csv
+files list specific images per class (by an index into a resized copy of ImageNet, not by
+ImageNet file name), and that copy is usually stored at 84 x 84 px. So the classes are the
+common ones, the images may not be, and the resolution is ImageNet's, not 84 px.
 """
 from __future__ import annotations
 
