@@ -12,6 +12,9 @@ A backbone subclasses :class:`LiSABackbone` and gets, with one rule and one spel
 * ``out_indices``, ``frozen_stages``, ``pretrain_img_size`` checked by one rule
   (:meth:`LiSABackbone.check_stage_args`, :func:`to_pair`); :meth:`LiSABackbone.frozen_parts`
   frozen in every ``train()``;
+* the constructor arguments of the upstream backbone a class stands in for (mmdet's PVT,
+  mmseg/mmdet/mmpretrain's Swin, mmpretrain's ViT), translated to its own by
+  :func:`accepts_upstream_args` (:func:`one_vocabulary`, :func:`set_attn_arg`);
 * initialisation from scratch (:func:`init_transformer_weights`) or from a checkpoint
   (``init_cfg=dict(type='Pretrained', ...)``, :func:`.loading.load_pretrained`), and key
   conversion (the class's ``convert_checkpoint``) with position-table resizing in every
@@ -19,8 +22,9 @@ A backbone subclasses :class:`LiSABackbone` and gets, with one rule and one spel
 """
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fnmatch import fnmatch
 from typing import ClassVar
 
@@ -77,6 +81,75 @@ def expand_attn_cfgs(attn_cfgs: Mapping | Sequence[Mapping], num: int, unit: str
         raise ValueError(f'attn_cfgs has {len(attn_cfgs)} entries; give one dict for all {unit}s '
                          f'or a list of one dict per {unit} ({num})')
     return [check_attention_type(cfg, f'attn_cfgs[{i}]') for i, cfg in enumerate(attn_cfgs)]
+
+
+def one_vocabulary(backbone: str, kwargs: Mapping, upstream: str, upstream_keys: Sequence[str],
+                   own_keys: Sequence[str]) -> bool:
+    """Whether ``kwargs`` speak the ``upstream`` backbone's vocabulary (name one of
+    ``upstream_keys``); raise if they also name one of this backbone's own ``own_keys``."""
+    theirs, ours = sorted(set(kwargs) & set(upstream_keys)), sorted(set(kwargs) & set(own_keys))
+    if theirs and ours:
+        raise TypeError(f'{backbone} got arguments of {upstream} ({", ".join(theirs)}) and its own '
+                        f'({", ".join(ours)}); use one vocabulary per call')
+    return bool(theirs)
+
+
+def accepts_upstream_args(translate: Callable[[dict], dict]) -> Callable:
+    """Decorate a backbone's ``__init__`` so that it also takes the arguments of the upstream
+    backbone it stands in for: ``translate(kwargs)`` returns the call in this backbone's own
+    arguments (unchanged when it names none of the upstream ones) or raises."""
+    def wrap(init: Callable) -> Callable:
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs) -> None:
+            init(self, *args, **(kwargs if args else translate(kwargs)))  # positional: own vocabulary
+        return __init__
+    return wrap
+
+
+def set_attn_arg(attn_cfgs: Mapping | Sequence[Mapping], num: int, arg: str, key: str, values: Sequence,
+                 attn_type: str, neutral: object = None, given: bool = True) -> list[dict]:
+    """One attention config per stage with ``key=values[i]`` set where the stage's type is
+    ``attn_type`` (the upstream argument ``arg`` holds one value per stage).
+
+    ``given`` (the caller passed ``arg``): raises if a stage's own config sets another value,
+    if a stage of another type gets a value other than ``neutral`` (it has no such parameter;
+    ``neutral=None``: it is not checked), or if no stage is of ``attn_type`` (the argument would
+    configure nothing). Not ``given`` (the upstream default): fills the stages that set none.
+    """
+    cfgs = [dict(c) for c in ([attn_cfgs] * num if isinstance(attn_cfgs, Mapping) else attn_cfgs)]
+    if len(values) != len(cfgs):
+        raise ValueError(f'{arg}={list(values)} needs one entry per stage ({len(cfgs)})')
+    if given and not any(c.get('type') == attn_type for c in cfgs):
+        raise ValueError(f'{arg}={list(values)} configures the {attn_type!r} attention, which no stage uses '
+                         f'(attn_cfgs={cfgs}); pass {arg}=None')
+    for i, (cfg, value) in enumerate(zip(cfgs, values)):
+        if cfg.get('type') == attn_type:
+            if cfg.setdefault(key, value) != value and given:
+                raise ValueError(f'{arg}[{i}]={value!r} conflicts with attn_cfgs[{i}]={cfg}')
+        elif given and neutral is not None and value != neutral:
+            raise ValueError(f'{arg}[{i}]={value!r}: stage {i} uses the {cfg.get("type")!r} attention, which has '
+                             f'no {key} (only {neutral!r} is meaningful there)')
+    return cfgs
+
+
+def reject_unsupported(backbone: str, kwargs: Mapping, supported: Mapping[str, object], reason: Mapping[str, str]
+                       ) -> None:
+    """Raise for an upstream argument whose value this backbone does not implement:
+    ``supported[name]`` is the one value it takes, ``reason[name]`` says why."""
+    for name, value in supported.items():
+        if name in kwargs and kwargs[name] != value:
+            raise ValueError(f'{backbone}: {name}={kwargs[name]!r} is not supported ({reason[name]}); '
+                             f'only {name}={value!r}')
+
+
+def pretrained_to_init_cfg(kwargs: dict) -> None:
+    """The deprecated upstream ``pretrained=PATH`` as ``init_cfg=dict(type='Pretrained', checkpoint=PATH)``."""
+    pretrained = kwargs.pop('pretrained', None)
+    if pretrained is None:
+        return
+    if not isinstance(pretrained, str) or kwargs.get('init_cfg') is not None:
+        raise TypeError(f'pretrained={pretrained!r} must be a path and cannot be given with init_cfg')
+    kwargs['init_cfg'] = dict(type='Pretrained', checkpoint=pretrained)
 
 
 class TransformerBlock(nn.Module):

@@ -8,6 +8,10 @@ placement of its own. With
 ``attn_cfgs=[dict(type='softmax', sr_ratio=r) for r in (8, 4, 2, 1)]`` the model
 is mmdet's ``PyramidVisionTransformer`` (same parameters, same outputs given
 the same weights), so a comparison differs only in the attention.
+
+It also takes mmdet's arguments (:func:`from_mmdet_pvt`): a config of mmdet's
+``PyramidVisionTransformer`` with only its ``type`` changed builds that model,
+softmax attention with its ``sr_ratios`` and its flooring patch embeddings included.
 """
 from __future__ import annotations
 
@@ -19,7 +23,70 @@ import torch
 from mmcv.cnn.bricks.transformer import PatchEmbed
 from torch import Tensor, nn
 
-from .base import LiSABackbone, build_blocks, nlc_to_nchw, resize_grid_tokens, to_pair
+from .base import (
+    LiSABackbone,
+    accepts_upstream_args,
+    build_blocks,
+    nlc_to_nchw,
+    one_vocabulary,
+    pretrained_to_init_cfg,
+    reject_unsupported,
+    resize_grid_tokens,
+    set_attn_arg,
+    to_pair,
+)
+
+# mmdet 3.3 PyramidVisionTransformer: its arguments that LiSAPVT does not share, with their defaults
+MMDET_PVT_ONLY = dict(embed_dims=64, num_stages=4, num_layers=[3, 4, 6, 3], num_heads=[1, 2, 5, 8], strides=None,
+                      sr_ratios=[8, 4, 2, 1], mlp_ratios=[8, 8, 4, 4], use_abs_pos_embed=True, norm_after_stage=False,
+                      use_conv_ffn=False, pretrained=None, convert_weights=True)
+
+
+def from_mmdet_pvt(kwargs: dict) -> dict:
+    """A call in mmdet ``PyramidVisionTransformer``'s arguments as LiSAPVT's (others unchanged).
+
+    Same meaning: stage ``i`` has ``embed_dims * num_heads[i]`` channels, ``num_layers[i]``
+    blocks, FFN ``mlp_ratios[i]`` times wider; ``paddings`` (default 0: a patch embedding
+    floors ``H / patch``, as mmdet's) and ``pretrained`` (-> ``init_cfg``) as there. The
+    attention defaults to mmdet's, ``dict(type='softmax', sr_ratio=sr_ratios[i])``; with
+    ``attn_cfgs`` given, ``sr_ratios`` goes to its softmax stages and must be 1 (or None)
+    at the others (no spatial reduction there); without ``sr_ratios``, mmdet's default ratios go to
+    the softmax stages of ``attn_cfgs`` that set none. ``convert_weights`` has no effect: checkpoints
+    are converted by their key layout (:func:`convert_pvt_checkpoint`). Not implemented, so
+    refused: ``strides`` other than ``patch_sizes`` (overlapping embeddings),
+    ``use_abs_pos_embed=False``, ``norm_after_stage``, ``use_conv_ffn`` (PVT v2's parts).
+    """
+    if not one_vocabulary('LiSAPVT', kwargs, "mmdet's PyramidVisionTransformer", MMDET_PVT_ONLY, ('arch',)):
+        return kwargs
+    kwargs = {**{k: v for k, v in MMDET_PVT_ONLY.items() if k != 'sr_ratios'}, **kwargs}
+    reject_unsupported('LiSAPVT', kwargs, dict(use_abs_pos_embed=True, norm_after_stage=False, use_conv_ffn=False),
+                       dict(use_abs_pos_embed='every stage has a position embedding',
+                            norm_after_stage="PVT v1 has no stage norm (PVT v2's)",
+                            use_conv_ffn="PVT v1's FFN is linear (the convolutional one is PVT v2's)"))
+    patch_sizes = list(kwargs.setdefault('patch_sizes', [4, 2, 2, 2]))
+    strides = kwargs.pop('strides')
+    if strides is not None and list(strides) != patch_sizes:
+        raise ValueError(f'strides={list(strides)} must equal patch_sizes={patch_sizes}: '
+                         'overlapping patch embeddings (PVT v2) are not implemented')
+    embed_dims, num_stages, heads = kwargs.pop('embed_dims'), kwargs.pop('num_stages'), list(kwargs.pop('num_heads'))
+    arch = dict(embed_dims=[embed_dims * h for h in heads], depths=list(kwargs.pop('num_layers')),
+                num_heads=heads, mlp_ratios=list(kwargs.pop('mlp_ratios')))
+    if any(len(v) != num_stages for v in arch.values()):
+        raise ValueError(f'num_stages={num_stages} but num_layers, num_heads, mlp_ratios have lengths '
+                         f'{[len(v) for v in arch.values()]}')
+    kwargs['arch'] = arch
+    kwargs.setdefault('paddings', [0] * num_stages)
+    for name in ('use_abs_pos_embed', 'norm_after_stage', 'use_conv_ffn', 'convert_weights'):
+        kwargs.pop(name)
+    pretrained_to_init_cfg(kwargs)
+    given = 'sr_ratios' in kwargs
+    sr_ratios = kwargs.pop('sr_ratios', MMDET_PVT_ONLY['sr_ratios'])
+    attn_cfgs = kwargs.get('attn_cfgs', dict(type='softmax'))
+    if sr_ratios is not None:
+        attn_cfgs = set_attn_arg(attn_cfgs, num_stages, 'sr_ratios', 'sr_ratio', sr_ratios, 'softmax', neutral=1,
+                                 given=given)
+    kwargs['attn_cfgs'] = attn_cfgs
+    return kwargs
 
 
 class PVTStage(nn.Module):
@@ -39,7 +106,8 @@ class PVTStage(nn.Module):
         self.blocks = nn.ModuleList(blocks)
 
     def forward(self, x: Tensor) -> Tensor:
-        """``(B, C_in, H, W) -> (B, C, ceil(H / p), ceil(W / p))``."""
+        """``(B, C_in, H, W) -> (B, C, H', W')``, ``H' = ceil(H / p)`` ('corner') or
+        ``floor((H + 2 pad) / p)``."""
         x, hw_shape = self.patch_embed(x)
         x = self.pos_drop(x + resize_grid_tokens(self.pos_embed, self.pos_shape, hw_shape, 'bilinear'))
         for block in self.blocks:
@@ -64,6 +132,9 @@ class LiSAPVT(LiSABackbone):
         pretrain_img_size: input size (int or (H, W)) of the pretraining; sets the
             grids of the position tables (other sizes are resized).
         patch_sizes: patch size (= stride) of each stage's patch embedding.
+        paddings: 'corner' (pad the bottom/right edge to a multiple of the patch: stage
+            ``i`` has ``ceil(H / 2^(i+2))`` rows, no pixel dropped) or one padding (int)
+            per stage on every side, as mmdet's (0: ``floor``, the remainder dropped).
         out_indices: stages whose outputs are returned (strides 4, 8, 16, 32).
         drop_path_rate: stochastic depth, rising linearly over the blocks.
         frozen_stages: -1 freezes nothing, 0 the first patch embedding and its
@@ -75,10 +146,11 @@ class LiSAPVT(LiSABackbone):
             mmpretrain classifier, ``prefix='backbone.'``); keys converted by
             :func:`convert_pvt_checkpoint`, here and in every ``load_state_dict``.
 
-    Inputs of any size: each patch embedding pads the bottom/right edge to a
-    multiple of its patch size (mmcv's 'corner' padding), so stage ``i`` has
-    ``ceil(H / 2^(i+2))`` rows and no input pixel is dropped (mmdet's PVT drops
-    the remainder). The outputs carry no final norm, as in PVT v1.
+    Inputs of any size. With this project's arguments each patch embedding pads the
+    bottom/right edge (``paddings='corner'``), so no input pixel is dropped; with mmdet's
+    (:func:`from_mmdet_pvt`) the patch embeddings floor as mmdet's (``paddings=0``),
+    so its checkpoints give its output shapes on any input. The outputs carry no final
+    norm, as in PVT v1.
     """
 
     arch_zoo = {
@@ -95,6 +167,7 @@ class LiSAPVT(LiSABackbone):
     embeddings = ('stages.*.pos_embed',)
     conv_fan_out = True
 
+    @accepts_upstream_args(from_mmdet_pvt)
     def __init__(
         self,
         arch: str | Mapping = 'tiny',
@@ -102,6 +175,7 @@ class LiSAPVT(LiSABackbone):
         pretrain_img_size: int | Sequence[int] = 224,
         in_channels: int = 3,
         patch_sizes: Sequence[int] = (4, 2, 2, 2),
+        paddings: str | Sequence[int] = 'corner',
         out_indices: int | Sequence[int] = (0, 1, 2, 3),
         qkv_bias: bool = True,
         drop_rate: float = 0.0,
@@ -117,19 +191,25 @@ class LiSAPVT(LiSABackbone):
         settings, num_stages = self.arch_settings, self.num_stages
         if len(patch_sizes) != num_stages:
             raise ValueError(f'patch_sizes={tuple(patch_sizes)} needs one entry per stage ({num_stages})')
+        if paddings == 'corner':
+            paddings = ['corner'] * num_stages
+        elif (isinstance(paddings, str) or len(paddings) != num_stages
+              or not all(isinstance(p, int) and p >= 0 for p in paddings)):
+            raise ValueError(f"paddings={paddings!r} must be 'corner' or one int >= 0 per stage ({num_stages})")
         attn_cfgs = self.check_stage_args(num_stages, out_indices, frozen_stages, attn_cfgs)
         grid = to_pair(pretrain_img_size, 'pretrain_img_size')
         depths = settings['depths']
         dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
         self.stages = nn.ModuleList()
-        for i, (dim, depth, heads, mlp_ratio, patch) in enumerate(
-                zip(*(settings[k] for k in self.arch_keys), patch_sizes)):
-            pos_shape = grid = tuple(math.ceil(g / patch) for g in grid)
+        for i, (dim, depth, heads, mlp_ratio, patch, pad) in enumerate(
+                zip(*(settings[k] for k in self.arch_keys), patch_sizes, paddings)):
+            pos_shape = grid = tuple(math.ceil(g / patch) if pad == 'corner' else (g + 2 * pad - patch) // patch + 1
+                                     for g in grid)
             rates = dpr[sum(depths[:i]):sum(depths[:i + 1])]
             blocks = build_blocks([attn_cfgs[i]] * depth, dim, heads, int(mlp_ratio * dim), rates, f'stage {i}, ',
                                   qkv_bias=qkv_bias, attn_drop=attn_drop_rate, drop_rate=drop_rate,
                                   pos_shape=pos_shape, act_cfg=act_cfg, norm_cfg=norm_cfg, with_cp=with_cp)
-            patch_embed = PatchEmbed(in_channels, dim, kernel_size=patch, stride=patch, padding='corner',
+            patch_embed = PatchEmbed(in_channels, dim, kernel_size=patch, stride=patch, padding=pad,
                                      norm_cfg=norm_cfg)
             self.stages.append(PVTStage(patch_embed, pos_shape, blocks, drop_rate))
             in_channels = dim

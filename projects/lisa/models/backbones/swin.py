@@ -8,6 +8,10 @@ of its linear attention (Han et al., ICCV 2023), which the LiSA paper takes over
 from the baseline it compares with. With ``'window'`` in every stage the model is mmseg's
 ``SwinTransformer`` (same parameters, same outputs given the same weights), so
 a comparison differs only in the attention.
+
+It also takes the arguments of mmseg's, mmdet's and mmpretrain's ``SwinTransformer``
+(:func:`from_upstream_swin`): a config of one of them with only its ``type`` changed
+builds that model (shifted-window attention in every stage).
 """
 from __future__ import annotations
 
@@ -19,8 +23,103 @@ import torch
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
 from torch import Tensor, nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
-from .base import LiSABackbone, build_blocks, nlc_to_nchw, to_pair
+from .base import (
+    LiSABackbone,
+    accepts_upstream_args,
+    build_blocks,
+    nlc_to_nchw,
+    one_vocabulary,
+    pretrained_to_init_cfg,
+    reject_unsupported,
+    set_attn_arg,
+    to_pair,
+)
+
+# the arguments of the upstream SwinTransformers (mmseg 1.2 = mmdet 3.3 but for convert_weights,
+# mmpretrain 1.2) that LiSASwinTransformer does not share, with their defaults
+MMSEG_SWIN_ONLY = dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24], strides=None, qk_scale=None,
+                       pretrained=None, convert_weights=False)
+MMPRETRAIN_SWIN_ONLY = dict(img_size=224, out_after_downsample=False, interpolate_mode='bicubic',
+                            pad_small_map=False, stage_cfgs={}, patch_cfg={})
+UPSTREAM_SWIN = dict(window_size=7, use_abs_pos_embed=False)  # in both
+
+
+def _stage_windows(stage_cfgs: Mapping | Sequence[Mapping], num_stages: int) -> list[int] | None:
+    """The per-stage window sizes of mmpretrain's ``stage_cfgs`` (only ``block_cfgs.window_size`` is implemented)."""
+    cfgs = [stage_cfgs] * num_stages if isinstance(stage_cfgs, Mapping) else list(stage_cfgs)
+    if len(cfgs) != num_stages or any(set(c) - {'block_cfgs'} or set(c.get('block_cfgs', {})) - {'window_size'}
+                                      for c in cfgs):
+        raise ValueError(f'stage_cfgs={stage_cfgs!r}: only dict(block_cfgs=dict(window_size=W)) (one for all stages '
+                         f'or one per stage) is implemented')
+    windows = [c.get('block_cfgs', {}).get('window_size') for c in cfgs]
+    return None if all(w is None for w in windows) else windows
+
+
+def from_upstream_swin(kwargs: dict) -> dict:
+    """A call in the arguments of an upstream ``SwinTransformer`` as LiSASwinTransformer's.
+
+    mmseg/mmdet: ``embed_dims``, ``depths``, ``num_heads`` (-> ``arch``), ``pretrained``
+    (-> ``init_cfg``); ``convert_weights`` has no effect (checkpoints are converted by their
+    key layout, :func:`convert_swin_checkpoint`). mmpretrain: ``arch`` as this class's,
+    ``img_size`` (-> ``pretrain_img_size``), ``out_indices`` defaulting to ``(3,)``,
+    ``stage_cfgs=dict(block_cfgs=dict(window_size=W))``. Both: the attention defaults to
+    ``dict(type='window', window_size=window_size)`` in every stage; with ``attn_cfgs`` given,
+    ``window_size`` goes to its window stages, and raises if there are none (pass
+    ``window_size=None``). Refused (not implemented): ``use_abs_pos_embed=True``, ``qk_scale``
+    other than None (the scale is ``head_dim^-1/2``), ``strides`` other than
+    ``(patch_size, 2, 2, ...)``, mmpretrain's ``out_after_downsample=True``, ``patch_cfg``,
+    ``drop_rate > 0`` (there it drops only after the patch embedding, here also in every block).
+
+    Maps no larger than the window: the window attention pads them to the window and keeps the
+    shift (mmseg's, mmdet's, and mmpretrain's ``pad_small_map=True``); mmpretrain's default
+    ``pad_small_map=False`` instead shrinks the window to the map and drops the shift, so there
+    (an input under ``32 * window_size`` px) its outputs differ from mmpretrain's; the shapes are equal.
+    """
+    name = 'LiSASwinTransformer'
+    mmseg = one_vocabulary(name, kwargs, "mmseg's/mmdet's SwinTransformer", MMSEG_SWIN_ONLY,
+                           ('arch', *MMPRETRAIN_SWIN_ONLY))
+    mmpretrain = one_vocabulary(name, kwargs, "mmpretrain's SwinTransformer", MMPRETRAIN_SWIN_ONLY,
+                                ('pretrain_img_size', *MMSEG_SWIN_ONLY))
+    if not (mmseg or mmpretrain or set(kwargs) & set(UPSTREAM_SWIN)):
+        return kwargs
+    reject_unsupported(name, kwargs, dict(use_abs_pos_embed=False, qk_scale=None, out_after_downsample=False,
+                                          patch_cfg={}),
+                       dict(use_abs_pos_embed='positions come from the window tables',
+                            qk_scale='the window attention scales by head_dim^-1/2',
+                            out_after_downsample='each stage outputs before its patch merging',
+                            patch_cfg='the patch embedding is built from patch_size and patch_norm'))
+    for key in ('use_abs_pos_embed', 'qk_scale', 'out_after_downsample', 'patch_cfg', 'convert_weights',
+                'interpolate_mode', 'pad_small_map'):  # the last two: see above
+        kwargs.pop(key, None)
+    if mmseg:
+        arch = {k: kwargs.pop(k, MMSEG_SWIN_ONLY[k]) for k in ('embed_dims', 'depths', 'num_heads')}
+        kwargs['arch'] = {**arch, 'depths': list(arch['depths']), 'num_heads': list(arch['num_heads'])}
+        strides = kwargs.pop('strides', None)
+        if strides is not None and list(strides) != [kwargs.get('patch_size', 4)] + [2] * (len(strides) - 1):
+            raise ValueError(f'strides={list(strides)} must be (patch_size, 2, 2, ...): '
+                             'other strides of the patch embedding and mergings are not implemented')
+        pretrained_to_init_cfg(kwargs)
+    num_stages = len(LiSASwinTransformer.resolve_arch(kwargs.get('arch', 'tiny'))['depths'])
+    given = 'window_size' in kwargs
+    windows = [kwargs.pop('window_size', UPSTREAM_SWIN['window_size'])] * num_stages
+    if mmpretrain:
+        if kwargs.get('drop_rate', 0) > 0:
+            raise ValueError(f"{name}: drop_rate={kwargs['drop_rate']} is not supported with mmpretrain's "
+                             'arguments (there it drops only after the patch embedding, here also in every block)')
+        if 'img_size' in kwargs:
+            kwargs['pretrain_img_size'] = kwargs.pop('img_size')
+        kwargs.setdefault('out_indices', (3,))
+        stage_windows = _stage_windows(kwargs.pop('stage_cfgs', {}), num_stages)
+        if stage_windows:  # as in mmpretrain, a stage's block_cfgs window overrides window_size
+            windows, given = [s or w for s, w in zip(stage_windows, windows)], True
+    if 'attn_cfgs' not in kwargs:
+        kwargs['attn_cfgs'] = [dict(type='window', **({} if w is None else dict(window_size=w))) for w in windows]
+    elif windows[0] is not None:
+        kwargs['attn_cfgs'] = set_attn_arg(kwargs['attn_cfgs'], num_stages, 'window_size', 'window_size', windows,
+                                           'window', given=given)
+    return kwargs
 
 
 class SwinStage(nn.Module):
@@ -62,6 +161,7 @@ class LiSASwinTransformer(LiSABackbone):
             (Swin-T/S/B use 0.2/0.3/0.5 in ImageNet, 0.3 in UperNet, 0.2 in Mask R-CNN).
         frozen_stages: -1 freezes nothing, 0 the patch embedding, k also the
             stages 1..k (with their patch merging and output norm).
+        norm_eval: keep the batch norms (of a ``norm_cfg`` BN) in eval mode in training.
         with_cp: gradient checkpointing of every block.
         init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=..., allow_new=...)``
             (:class:`.base.LiSABackbone`): an official Swin, an mmseg/mmdet/mmpretrain
@@ -83,6 +183,7 @@ class LiSASwinTransformer(LiSABackbone):
     arch_keys = ('embed_dims', 'depths', 'num_heads')
     stage_keys = ('depths', 'num_heads')
 
+    @accepts_upstream_args(from_upstream_swin)
     def __init__(
         self,
         arch: str | Mapping = 'tiny',
@@ -101,10 +202,12 @@ class LiSASwinTransformer(LiSABackbone):
         act_cfg: dict = dict(type='GELU'),
         norm_cfg: dict = dict(type='LN'),
         frozen_stages: int = -1,
+        norm_eval: bool = False,
         with_cp: bool = False,
         init_cfg: dict | None = None,
     ) -> None:
         super().__init__(arch, init_cfg)
+        self.norm_eval = norm_eval
         depths, num_heads = self.arch_settings['depths'], self.arch_settings['num_heads']
         num_stages = self.num_stages
         attn_cfgs = self.check_stage_args(num_stages, out_indices, frozen_stages, attn_cfgs)
@@ -141,6 +244,14 @@ class LiSASwinTransformer(LiSABackbone):
             if stage.downsample is not None:
                 x, hw_shape = stage.downsample(x, hw_shape)
         return tuple(outs)
+
+    def train(self, mode: bool = True) -> LiSASwinTransformer:
+        super().train(mode)
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, _BatchNorm):
+                    m.eval()
+        return self
 
     def frozen_parts(self) -> list[nn.Module]:
         if self.frozen_stages < 0:

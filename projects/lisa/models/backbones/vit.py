@@ -8,7 +8,9 @@ layer and keep the rest of DeiT as it is.
 With ``attn_cfgs=dict(type='softmax')`` the model is mmpretrain's
 ``VisionTransformer`` layer for layer: the same parameters and outputs; its
 checkpoints load through :func:`convert_vit_checkpoint` (which renames its
-``pos_embed``, ``ln1``/``ln2`` of each layer).
+``pos_embed``, ``ln1``/``ln2`` of each layer). It also takes mmpretrain's arguments
+(:func:`from_mmpretrain_vit`): a config of its ``VisionTransformer`` with only the
+``type`` changed builds that model.
 """
 from __future__ import annotations
 
@@ -21,7 +23,58 @@ from mmcv.cnn.bricks.transformer import PatchEmbed
 from torch import Tensor, nn
 
 from ..attention.base import PositionalEncoding
-from .base import LiSABackbone, build_blocks, nlc_to_nchw, to_pair
+from .base import (
+    LiSABackbone,
+    accepts_upstream_args,
+    build_blocks,
+    nlc_to_nchw,
+    one_vocabulary,
+    reject_unsupported,
+    to_pair,
+)
+
+# mmpretrain 1.2 VisionTransformer: its arguments that LiSAViT does not share, with their defaults
+MMPRETRAIN_VIT_ONLY = dict(img_size=224, interpolate_mode='bicubic', layer_scale_init_value=0.0, patch_cfg={},
+                           layer_cfgs={}, pre_norm=False)
+
+
+def from_mmpretrain_vit(kwargs: dict) -> dict:
+    """A call in mmpretrain ``VisionTransformer``'s arguments as LiSAViT's (others unchanged).
+
+    Same meaning: ``arch`` a preset of mmpretrain's ``VisionTransformer.arch_zoo`` (its
+    'small' is ViT-S, 768 channels, 8 layers, not this class's DeiT-S) or the same custom
+    dict, ``img_size`` (-> ``pretrain_img_size``), mmpretrain's defaults (``arch='base'``,
+    ``drop_path_rate=0``), softmax attention in every layer unless ``attn_cfgs`` is given.
+    Refused (not implemented): ``layer_scale_init_value`` other than 0, ``pre_norm=True``
+    (CLIP), non-empty ``patch_cfg`` / ``layer_cfgs``, ``interpolate_mode`` other than
+    'bicubic' (how the position tables are resized). mmpretrain's
+    ``DistilledVisionTransformer`` (DeiT with a distillation token) takes the same arguments;
+    LiSAViT has no distillation token.
+    """
+    if not one_vocabulary('LiSAViT', kwargs, "mmpretrain's VisionTransformer", MMPRETRAIN_VIT_ONLY,
+                          ('pretrain_img_size',)):
+        return kwargs
+    reject_unsupported('LiSAViT', kwargs, {k: v for k, v in MMPRETRAIN_VIT_ONLY.items() if k != 'img_size'},
+                       dict(interpolate_mode='position tables are resized bicubically',
+                            layer_scale_init_value='the layers have no layer scale',
+                            patch_cfg='the patch embedding is built from patch_size',
+                            layer_cfgs='the layers are built from the backbone arguments',
+                            pre_norm="no norm before the first layer (CLIP's)"))
+    for key in MMPRETRAIN_VIT_ONLY:
+        if key != 'img_size':
+            kwargs.pop(key, None)
+    kwargs['pretrain_img_size'] = kwargs.pop('img_size', MMPRETRAIN_VIT_ONLY['img_size'])
+    arch = kwargs.pop('arch', 'base')
+    if isinstance(arch, str):
+        from mmpretrain.models.backbones import VisionTransformer
+        if arch.lower() not in VisionTransformer.arch_zoo:
+            raise ValueError(f"arch={arch!r} is not one of mmpretrain's VisionTransformer presets "
+                             f'{sorted(VisionTransformer.arch_zoo)}')
+        arch = dict(VisionTransformer.arch_zoo[arch.lower()])
+    kwargs['arch'] = arch
+    kwargs.setdefault('drop_path_rate', 0.0)
+    kwargs.setdefault('attn_cfgs', dict(type='softmax'))
+    return kwargs
 
 
 class LiSAViT(LiSABackbone):
@@ -90,6 +143,7 @@ class LiSAViT(LiSABackbone):
     embeddings = ('pos_embed.weight', 'cls_token')
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
 
+    @accepts_upstream_args(from_mmpretrain_vit)
     def __init__(
         self,
         arch: str | Mapping = 'deit-tiny',
