@@ -14,10 +14,15 @@ The steps, every one a printed command:
    (Table 4) with that LiSA-PVT-T backbone, trained and tested with ``mim train / test``
    (``configs/segmentation/demo/``, ``configs/detection/demo/``);
 4. ``tools/collect_results.py`` prints the three runs in the rows of Tables 1, 3 and 4 beside
-   the paper's values (generated data: shown, not differenced).
+   the paper's values (generated data: shown, not differenced);
+5. each model's test metric beside the chance baseline of its validation set
+   (``projects/lisa/analysis/baselines.py``: the most frequent training class for the
+   classifier and Semantic FPN, random boxes for Mask R-CNN); the demo exits non-zero, naming
+   the stages, if one scores below ``max(2 x baseline, baseline + 10 points)``.
 
 The demo configs inherit the paper's configs and change only sizes, schedule, data root,
-SyncBN -> BN and, for the detector, its anchors (see their comments).
+SyncBN -> BN, for the classifier its learning rate and batch augmentation, and for the detector
+its anchors (see their comments).
 Progress lines are shown; the full logs, checkpoints and metrics are kept under ``--work-dir``.
 """
 from __future__ import annotations
@@ -33,8 +38,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
-from PIL import Image
+from projects.lisa.analysis import baselines
+from projects.lisa.analysis.results import read_work_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 CLS_CONFIG = 'configs/classification/demo/pvt-tiny_lisa_1xb8-2e_synthetic-imagenet-64px.py'
@@ -46,33 +51,16 @@ SEG_DATA = dict(dataset='ade20k', num_train=96, num_val=24, size=96, seed=0)
 DET_DATA = dict(dataset='coco', num_train=64, num_val=16, size=96, seed=0)
 PROGRESS = re.compile(r' - INFO - (Iter|Epoch)\((train|val|test)\)')  # MMEngine's progress and metric lines
 PRETRAINED = re.compile(r"^pretrained = '([^']+)'", re.MULTILINE)  # the dense demo configs' checkpoint
-
-
-def majority_class_baseline(data_root: str | Path) -> dict[str, float]:
-    """mIoU and mAcc (%) of predicting the most frequent training class at every pixel.
-
-    Computed as mmseg's ``IoUMetric`` does on ADE20K label maps under
-    ``reduce_zero_label`` (id 0 ignored): areas summed over the validation set,
-    then averaged over the classes whose union (IoU) or label area (Acc) is
-    non-empty. With ``n_c`` pixels of the predicted class ``c`` among ``n``
-    labelled ones and ``K`` classes present (``c`` included), IoU_c = n_c / n
-    and every other class scores 0, so mIoU = n_c / (n K); Acc_c = 1, mAcc = 1 / K_gt.
-    """
-    root = Path(data_root) / 'annotations'
-
-    def histogram(split: str) -> np.ndarray:
-        counts = np.zeros(256, dtype=np.int64)
-        for path in sorted((root / split).glob('*.png')):
-            counts += np.bincount(np.asarray(Image.open(path)).ravel(), minlength=256)
-        counts[0] = 0  # unlabelled
-        return counts
-
-    majority = int(np.argmax(histogram('training')))
-    val = histogram('validation')
-    present = set(np.flatnonzero(val))
-    miou = val[majority] / val.sum() / len(present | {majority})
-    macc = (1.0 if majority in present else 0.0) / len(present)
-    return dict(mIoU=100 * miou, mAcc=100 * macc)
+# stage -> (its work dir under --work-dir, the metric it is judged by, its dataset's root under --data)
+STAGES = {
+    'classifier': ('pvt-tiny_lisa', 'top-1', 'imagenet'),
+    'Semantic FPN': ('fpn_lisa-pvt-t', 'mIoU', 'ade/ADEChallengeData2016'),
+    'Mask R-CNN': ('mask-rcnn_lisa-pvt-t', 'box AP', 'coco'),
+}
+CHANCE = {'classifier': baselines.classification_baseline,
+          'Semantic FPN': lambda root: baselines.segmentation_baseline(root)['mIoU'],
+          'Mask R-CNN': lambda root: baselines.detection_baseline(root)['box AP']}
+majority_class_baseline = baselines.segmentation_baseline  # the name tests/test_downstream_training.py uses
 
 
 def mim() -> str:
@@ -160,6 +148,28 @@ def dense_pretrained() -> str:
     return path
 
 
+def judged(work: Path, data: Path) -> list[baselines.Judged]:
+    """Each stage's test metric (its ``mim test`` under ``<work dir>/test``) beside its chance baseline."""
+    results = []
+    for stage, (work_dir, metric, root) in STAGES.items():
+        test_dir = work / work_dir / 'test'
+        run = read_work_dir(test_dir) if test_dir.is_dir() else None
+        if run is None or metric not in run.metrics:
+            raise StepFailed(f'[{stage}] no {metric} in a test result under {test_dir}')
+        results.append(baselines.Judged(stage, metric, run.metrics[metric], CHANCE[stage](data / root)))
+    return results
+
+
+def judge(results: list[baselines.Judged]) -> None:
+    """Print every stage beside its baseline; exit non-zero naming the stages that do not clear it."""
+    for result in results:
+        print(result, flush=True)
+    failed = [r.stage for r in results if not r.passed]
+    if failed:
+        sys.exit(f'demo failed: {", ".join(failed)} did not clear its chance baseline by the margin '
+                 f'(at least {baselines.FACTOR:g}x the baseline and {baselines.MARGIN:g} points above it)')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--data', default='data/synthetic',
@@ -194,17 +204,18 @@ def main() -> None:
         run('results', [sys.executable, 'tools/collect_results.py', rel(work), '--found-only',
                         '--markdown', rel(work / 'results.md'), '--json', rel(work / 'results.json')],
             work / 'collect_results.log', echo=True)
+        judgements = judged(work, ROOT / args.data)
     except StepFailed as error:
         sys.exit(str(error))
-    baseline = majority_class_baseline(ROOT / args.data / 'ade' / 'ADEChallengeData2016')
-    print(f'Training loss: classifier {cls["loss"]}, Semantic FPN {seg["loss"]}, Mask R-CNN {det["loss"]}. '
-          f'Predicting the most frequent class everywhere would score mIoU {baseline["mIoU"]:.2f} / '
-          f'mAcc {baseline["mAcc"]:.2f} on the same ADE20K images. Mask R-CNN trains '
-          f'{DET_DATA["num_train"] * 12 // 4} iterations here (12 epochs of 4 images; the paper ~88k of 16).')
+    print(f'Training loss (first -> last logged): classifier {cls["loss"]}, Semantic FPN {seg["loss"]}, '
+          f'Mask R-CNN {det["loss"]}. Mask R-CNN trains {DET_DATA["num_train"] * 12 // 4} iterations here '
+          '(12 epochs of 4 images; the paper ~88k of 16).')
     print(f'\nTime: classifier {cls["seconds"]:.0f} s, then segmentation {seg["seconds"]:.0f} s and detection '
           f'{det["seconds"]:.0f} s in parallel; total {(time.monotonic() - start) / 60:.1f} min. '
           f'Logs, checkpoints, metrics: {args.work_dir}/ (results.md, results.json).')
-
+    print('\n5. Each model beside the chance baseline of its validation set (projects/lisa/analysis/baselines.py)',
+          flush=True)
+    judge(judgements)
 
 if __name__ == '__main__':
     main()
