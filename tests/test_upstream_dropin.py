@@ -126,7 +126,7 @@ def shipped_configs(package: str) -> list[Path]:
 @pytest.mark.slow
 def test_every_shipped_config_builds_the_upstream_model_with_only_the_type_swapped(seed_and_one_thread, capsys):
     """The walk over every config of the installed mmdet, mmseg and mmpretrain (~190 configs,
-    ~100 distinct backbone dicts, up to ViT-H): only it catches an argument, a preset or a
+    ~70 distinct backbone dicts, up to ViT-H): only it catches an argument, a preset or a
     combination that the six representative configs do not use (Swin-L, 5-stage Swin,
     mmpretrain's stage_cfgs windows, ViT presets, out types, refused CLIP / DINOv2 parts)."""
     found, outcomes, done = 0, {}, {}
@@ -143,12 +143,17 @@ def test_every_shipped_config_builds_the_upstream_model_with_only_the_type_swapp
             backbone = backbone.to_dict()
             key = (package, dict_key(backbone))
             if key not in done:
-                done[key] = check_dropin(package, backbone)
+                try:
+                    done[key] = check_dropin(package, backbone)
+                except Exception as e:  # noqa: BLE001  (collected, reported below)
+                    done[key] = f'failed: {path.name}: {type(e).__name__}: {str(e)[:300]}'
             outcome = done[key].split(':')[0]
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
     with capsys.disabled():
-        print(f'\nupstream configs found {found}, distinct backbones {len(done)}, outcomes {outcomes}')
-    assert found > 150 and outcomes.get('equal', 0) > 0.8 * found
+        print(f'\nupstream configs found {found}, distinct backbones {len(done)}, configs by outcome {outcomes}')
+        for reason in sorted({v for v in done.values() if not v.startswith('equal')}):
+            print(' ', reason)
+    assert found > 150 and 'failed' not in outcomes
 
 
 # ---------------------------------------------------------------- the two vocabularies

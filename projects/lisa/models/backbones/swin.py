@@ -23,7 +23,6 @@ import torch
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
 from torch import Tensor, nn
-from torch.nn.modules.batchnorm import _BatchNorm
 
 from .base import (
     LiSABackbone,
@@ -41,7 +40,7 @@ from .base import (
 # mmpretrain 1.2) that LiSASwinTransformer does not share, with their defaults
 MMSEG_SWIN_ONLY = dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24], strides=None, qk_scale=None,
                        pretrained=None, convert_weights=False)
-MMPRETRAIN_SWIN_ONLY = dict(img_size=224, out_after_downsample=False, interpolate_mode='bicubic',
+MMPRETRAIN_SWIN_ONLY = dict(img_size=224, out_after_downsample=False, interpolate_mode='bicubic', norm_eval=False,
                             pad_small_map=False, stage_cfgs={}, patch_cfg={})
 UPSTREAM_SWIN = dict(window_size=7, use_abs_pos_embed=False)  # in both
 
@@ -71,6 +70,8 @@ def from_upstream_swin(kwargs: dict) -> dict:
     other than None (the scale is ``head_dim^-1/2``), ``strides`` other than
     ``(patch_size, 2, 2, ...)``, mmpretrain's ``out_after_downsample=True``, ``patch_cfg``,
     ``drop_rate > 0`` (there it drops only after the patch embedding, here also in every block).
+    No effect, as there: ``interpolate_mode`` (of the absolute position embedding, which neither
+    has) and ``norm_eval`` (its LayerNorms have no running statistics).
 
     Maps no larger than the window: the window attention pads them to the window and keeps the
     shift (mmseg's, mmdet's, and mmpretrain's ``pad_small_map=True``); mmpretrain's default
@@ -91,7 +92,7 @@ def from_upstream_swin(kwargs: dict) -> dict:
                             out_after_downsample='each stage outputs before its patch merging',
                             patch_cfg='the patch embedding is built from patch_size and patch_norm'))
     for key in ('use_abs_pos_embed', 'qk_scale', 'out_after_downsample', 'patch_cfg', 'convert_weights',
-                'interpolate_mode', 'pad_small_map'):  # the last two: see above
+                'interpolate_mode', 'norm_eval', 'pad_small_map'):  # the last three: see above
         kwargs.pop(key, None)
     if mmseg:
         arch = {k: kwargs.pop(k, MMSEG_SWIN_ONLY[k]) for k in ('embed_dims', 'depths', 'num_heads')}
@@ -161,7 +162,6 @@ class LiSASwinTransformer(LiSABackbone):
             (Swin-T/S/B use 0.2/0.3/0.5 in ImageNet, 0.3 in UperNet, 0.2 in Mask R-CNN).
         frozen_stages: -1 freezes nothing, 0 the patch embedding, k also the
             stages 1..k (with their patch merging and output norm).
-        norm_eval: keep the batch norms (of a ``norm_cfg`` BN) in eval mode in training.
         with_cp: gradient checkpointing of every block.
         init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=..., allow_new=...)``
             (:class:`.base.LiSABackbone`): an official Swin, an mmseg/mmdet/mmpretrain
@@ -202,12 +202,10 @@ class LiSASwinTransformer(LiSABackbone):
         act_cfg: dict = dict(type='GELU'),
         norm_cfg: dict = dict(type='LN'),
         frozen_stages: int = -1,
-        norm_eval: bool = False,
         with_cp: bool = False,
         init_cfg: dict | None = None,
     ) -> None:
         super().__init__(arch, init_cfg)
-        self.norm_eval = norm_eval
         depths, num_heads = self.arch_settings['depths'], self.arch_settings['num_heads']
         num_stages = self.num_stages
         attn_cfgs = self.check_stage_args(num_stages, out_indices, frozen_stages, attn_cfgs)
@@ -244,14 +242,6 @@ class LiSASwinTransformer(LiSABackbone):
             if stage.downsample is not None:
                 x, hw_shape = stage.downsample(x, hw_shape)
         return tuple(outs)
-
-    def train(self, mode: bool = True) -> LiSASwinTransformer:
-        super().train(mode)
-        if mode and self.norm_eval:
-            for m in self.modules():
-                if isinstance(m, _BatchNorm):
-                    m.eval()
-        return self
 
     def frozen_parts(self) -> list[nn.Module]:
         if self.frozen_stages < 0:
