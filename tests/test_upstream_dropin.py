@@ -219,3 +219,12 @@ def test_swapped_configs_default_to_the_upstream_attention_and_take_lisa_by_attn
     assert {type(b.attn).__name__ for s in lisa.stages for b in s.blocks} == {'LiSAAttention'}
     swin = LiSASwinTransformer(arch='tiny', img_size=224, stage_cfgs=dict(block_cfgs=dict(window_size=6)))
     assert {b.attn.window_size for s in swin.stages for b in s.blocks} == {6} and swin.out_indices == (3,)
+
+
+def test_upstream_ways_to_name_a_checkpoint_become_the_checked_pretrained_init_cfg():
+    assert LiSAPVT(num_layers=[1] * 4, init_cfg=dict(checkpoint='pvt_tiny.pth')).init_cfg == dict(
+        type='Pretrained', checkpoint='pvt_tiny.pth')
+    assert LiSASwinTransformer(depths=[1, 1, 1, 1], pretrained='swin.pth').init_cfg == dict(
+        type='Pretrained', checkpoint='swin.pth')
+    with pytest.raises(TypeError, match="pretrained='a.pth' must be a path and cannot be given with init_cfg"):
+        LiSAPVT(num_layers=[1] * 4, pretrained='a.pth', init_cfg=dict(type='Pretrained', checkpoint='b.pth'))

@@ -143,13 +143,15 @@ def reject_unsupported(backbone: str, kwargs: Mapping, supported: Mapping[str, o
 
 
 def pretrained_to_init_cfg(kwargs: dict) -> None:
-    """The deprecated upstream ``pretrained=PATH`` as ``init_cfg=dict(type='Pretrained', checkpoint=PATH)``."""
-    pretrained = kwargs.pop('pretrained', None)
-    if pretrained is None:
-        return
-    if not isinstance(pretrained, str) or kwargs.get('init_cfg') is not None:
-        raise TypeError(f'pretrained={pretrained!r} must be a path and cannot be given with init_cfg')
-    kwargs['init_cfg'] = dict(type='Pretrained', checkpoint=pretrained)
+    """mmdet's / mmseg's ways to name a checkpoint as this backbone's ``init_cfg``: the deprecated
+    ``pretrained=PATH``, and ``init_cfg=dict(checkpoint=PATH)`` without a type (both Pretrained)."""
+    pretrained, init_cfg = kwargs.pop('pretrained', None), kwargs.get('init_cfg')
+    if pretrained is not None:
+        if not isinstance(pretrained, str) or init_cfg is not None:
+            raise TypeError(f'pretrained={pretrained!r} must be a path and cannot be given with init_cfg')
+        kwargs['init_cfg'] = dict(type='Pretrained', checkpoint=pretrained)
+    elif isinstance(init_cfg, Mapping) and 'checkpoint' in init_cfg and 'type' not in init_cfg:
+        kwargs['init_cfg'] = dict(type='Pretrained', **init_cfg)
 
 
 class TransformerBlock(nn.Module):
