@@ -11,8 +11,9 @@ import random
 
 import numpy as np
 import torch
+from mmengine.evaluator import BaseMetric
 from mmengine.model import BaseModel
-from mmengine.registry import DATASETS, MODELS
+from mmengine.registry import DATASETS, METRICS, MODELS
 from torch.utils.data import Dataset
 
 #: The dense demo configs start from the demo's pretrained classifier (tools/demo.py writes it); the
@@ -51,8 +52,8 @@ class ToyRegressionDataset(Dataset):
 class ToyRegressor(BaseModel):
     """An MLP with dropout; ``loss`` is the squared error, ``predict`` returns the outputs."""
 
-    def __init__(self, hidden: int = 16, dropout: float = 0.5) -> None:
-        super().__init__()
+    def __init__(self, hidden: int = 16, dropout: float = 0.5, init_cfg: dict | None = None) -> None:
+        super().__init__(init_cfg=init_cfg)
         self.net = torch.nn.Sequential(torch.nn.Linear(8, hidden), torch.nn.ReLU(), torch.nn.Dropout(dropout),
                                        torch.nn.Linear(hidden, 1))
 
@@ -60,7 +61,19 @@ class ToyRegressor(BaseModel):
         out = self.net(torch.stack(inputs)).squeeze(1)
         if mode == 'loss':
             return dict(loss=((out - torch.stack(data_samples)) ** 2).mean())
-        return out
+        return list(out) if mode == 'predict' else out  # predictions: one per sample, as mm models return
+
+
+@METRICS.register_module()
+class ToyMSE(BaseMetric):
+    """The mean squared error of :class:`ToyRegressor`'s predictions."""
+
+    def process(self, data_batch, data_samples) -> None:
+        targets = data_batch['data_samples']
+        self.results.extend(((out - target) ** 2).item() for out, target in zip(data_samples, targets))
+
+    def compute_metrics(self, results: list) -> dict:
+        return dict(mse=sum(results) / len(results))
 
 
 def toy_config(work_dir: str, max_iters: int = 8, interval: int = 2, lr: float = 0.01, safe: bool = True,
@@ -85,5 +98,10 @@ def toy_config(work_dir: str, max_iters: int = 8, interval: int = 2, lr: float =
         custom_hooks=[dict(type='SafeRuntimeHook'), dict(type='NonFiniteGuardHook', **(guard or {}))] if safe else [],
         log_processor=dict(window_size=1, by_epoch=False),
         randomness=dict(seed=0),
+        test_dataloader=dict(batch_size=4, num_workers=0, dataset=dict(type='ToyRegressionDataset'),
+                             sampler=dict(type='DefaultSampler', shuffle=False),
+                             collate_fn=dict(type='pseudo_collate')),
+        test_cfg=dict(type='TestLoop'),
+        test_evaluator=dict(type='ToyMSE'),
         default_scope=None,
     )

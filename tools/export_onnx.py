@@ -118,7 +118,8 @@ def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = 
     from mmengine.config import Config
     from mmengine.model import revert_sync_batchnorm
     from mmengine.registry import MODELS, init_default_scope
-    from mmengine.runner import load_checkpoint
+
+    from projects.lisa.models.backbones.loading import load_checkpoint_strictly
 
     cfg = Config.fromfile(config)
     if cfg_options:
@@ -131,7 +132,7 @@ def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = 
     if checkpoint is None:
         model.init_weights()
     else:
-        load_checkpoint(model, checkpoint, map_location='cpu')
+        load_checkpoint_strictly(model, checkpoint)  # every tensor loaded, or IncompleteCheckpointError
     model = revert_sync_batchnorm(model).eval()
     symbolic_adaptive_pooling(model)
     if scope == 'mmseg':

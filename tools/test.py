@@ -1,6 +1,10 @@
 """Evaluate a checkpoint of any LiSA config with MMEngine (mIoU, box/mask AP, top-k).
 
-    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR]
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--allow-new GLOB ...] [--allow-unused GLOB ...]
+
+Every tensor of the model must come from CHECKPOINT, and every tensor of CHECKPOINT must be
+used, except those the ``--allow-*`` globs name (the report of
+``projects.lisa.models.backbones.loading.check_state_dict``).
     torchrun --nproc_per_node N tools/test.py CONFIG CHECKPOINT --launcher pytorch
 """
 from __future__ import annotations
@@ -14,7 +18,7 @@ from mmengine.config import Config, DictAction
 
 from projects.lisa.engine.data_check import Runner, check_data_roots
 from projects.lisa.engine.dist import setup_cpu_distributed
-from projects.lisa.engine.safe_runtime import add_safe_runtime
+from projects.lisa.engine.safe_runtime import add_allow_args, add_safe_runtime
 
 
 def parse_args() -> argparse.Namespace:
@@ -22,6 +26,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('config', help='config file')
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--work-dir', help='where logs and metrics go (default: work_dirs/<config>)')
+    add_allow_args(parser)
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config entries, key=value')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
@@ -41,7 +46,8 @@ def main() -> None:
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         'work_dirs', osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
-    add_safe_runtime(cfg)  # a metric computed from non-finite predictions fails instead of printing a number
+    # the checkpoint loads fully or stops; a metric of non-finite predictions fails instead of printing a number
+    add_safe_runtime(cfg, allow_new=args.allow_new, allow_unused=args.allow_unused)
     try:
         check_data_roots(cfg, ('test_dataloader', ))
     except FileNotFoundError as error:

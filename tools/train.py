@@ -4,7 +4,8 @@ Same interface as the train.py of mmseg / mmdet / mmpretrain (``mim train``
 runs those; this one adds CPU multi-process support, a preflight and a safe
 runtime):
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--check-data] [--dry-run]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT] [--override-optim] [--accept-changes]]
+                          [--allow-new GLOB ...] [--allow-unused GLOB ...] [--amp] [--check-data] [--dry-run]
     torchrun --nproc_per_node N tools/train.py CONFIG --launcher pytorch
 
 ``--dry-run`` builds the model, loads its weights, reads one batch of each data
@@ -23,11 +24,12 @@ import sys
 from mmengine.config import Config, DictAction
 
 from projects.lisa.engine.amp import enable_amp
+from projects.lisa.engine.checkpoint_hook import remove_partial_saves
 from projects.lisa.engine.data_check import Runner, check_data_roots
 from projects.lisa.engine.data_validation import check_config_data, report
 from projects.lisa.engine.dist import setup_cpu_distributed
 from projects.lisa.engine.resume import find_resumable_checkpoint
-from projects.lisa.engine.safe_runtime import add_safe_runtime
+from projects.lisa.engine.safe_runtime import add_allow_args, add_safe_runtime
 
 
 def parse_args() -> argparse.Namespace:
@@ -36,6 +38,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--work-dir', help='where logs and checkpoints go (default: work_dirs/<config>)')
     parser.add_argument('--resume', nargs='?', const='auto', default=None,
                         help='resume from CKPT, or from the newest intact checkpoint in the work dir if no CKPT')
+    parser.add_argument('--override-optim', action='store_true',
+                        help='on --resume, apply the config\'s changed optimizer settings and schedule to the '
+                             'restored state (a changed config otherwise stops the resume)')
+    parser.add_argument('--accept-changes', action='store_true',
+                        help='on --resume, continue with the changed settings the resume lists (model / data as '
+                             'configured, optimizer and schedule as restored unless --override-optim)')
+    add_allow_args(parser)
     parser.add_argument('--amp', action='store_true',
                         help='automatic mixed precision (fp16 on CUDA, bf16 autocast on a CPU)')
     parser.add_argument('--check-data', action='store_true',
@@ -84,7 +93,8 @@ def main() -> None:
         cfg.merge_from_dict(args.cfg_options)
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         'work_dirs', osp.splitext(osp.basename(args.config))[0])
-    add_safe_runtime(cfg)
+    add_safe_runtime(cfg, allow_new=args.allow_new, allow_unused=args.allow_unused,
+                     override_optim=args.override_optim, accept_changes=args.accept_changes)
     if args.amp:
         try:
             print(enable_amp(cfg), file=sys.stderr)
@@ -104,6 +114,8 @@ def main() -> None:
     if args.dry_run:
         from projects.lisa.engine.preflight import preflight
         sys.exit(1 if preflight(cfg) else 0)
+    if os.environ.get('RANK', '0') == '0' and osp.isdir(cfg.work_dir):
+        remove_partial_saves(cfg.work_dir, lambda line: print(line, file=sys.stderr))  # room for the new log
     setup_cpu_distributed(cfg)
     Runner.from_cfg(cfg).train()
 

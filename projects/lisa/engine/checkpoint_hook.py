@@ -21,9 +21,13 @@ need not repeat ``default_hooks``.
 """
 from __future__ import annotations
 
+import copy
 import glob
 import os
 import os.path as osp
+import re
+import shutil
+from collections.abc import Mapping, Sequence
 
 from mmengine.dist import all_gather_object, get_rank, get_world_size, is_main_process
 from mmengine.fileio import LocalBackend
@@ -32,8 +36,10 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 from mmengine.runner import IterBasedTrainLoop
 
+from projects.lisa.models.backbones.loading import IncompleteCheckpointError, check_state_dict, model_state_dict
+
 from .nonfinite import NonFiniteError, nonfinite_tensors
-from .resume import RestoreAfterReplay, rng_state, set_rng_state
+from .resume import RestoreAfterReplay, resume_changes, rng_state, set_rng_state
 
 
 def fsync_path(path: str) -> None:
@@ -58,6 +64,23 @@ def write_text_atomically(path: str, text: str) -> None:
     publish(path + '.tmp', path)
 
 
+def remove_partial_saves(folder: str, log=print) -> None:
+    """Delete the ``*.tmp`` files an interrupted save left in ``folder`` (a kill, a full disk)."""
+    for stale in glob.glob(osp.join(folder, '*.tmp')):
+        log(f'removing {stale}, the partial file of an interrupted save')
+        os.remove(stale)
+
+
+class NoSpaceForCheckpointError(OSError):
+    """The disk cannot hold the next checkpoint beside the kept ones."""
+
+
+#: Free space asked for beyond the size of the previous checkpoint: it grows a little as the
+#: message hub's history grows.
+SPACE_MARGIN = 0.05
+SPACE_MARGIN_BYTES = 1 << 20
+
+
 @HOOKS.register_module()
 class SafeCheckpointHook(CheckpointHook):
     """``CheckpointHook`` (same arguments) whose saves are atomic and whose checkpoints resume bit for bit."""
@@ -66,10 +89,30 @@ class SafeCheckpointHook(CheckpointHook):
         super().before_train(runner)
         if not (is_main_process() and isinstance(self.file_backend, LocalBackend)):
             return
-        for stale in glob.glob(osp.join(self.out_dir, '*.tmp')):  # a save interrupted by a kill
-            runner.logger.warning(f'removing {stale}, the partial file of an interrupted save')
-            os.remove(stale)
+        remove_partial_saves(self.out_dir, runner.logger.warning)
         self._remove(runner.message_hub.runtime_info.get('outdated_ckpt_ids', []))  # a removal interrupted by a kill
+        previous = self._previous_checkpoint(runner)
+        if previous:  # a resume: stop now rather than at the first save
+            self._check_space(f'the checkpoint after {osp.basename(previous)}', osp.getsize(previous))
+
+    def _previous_checkpoint(self, runner) -> str | None:
+        path = self.last_ckpt or runner.message_hub.get_info('last_ckpt')
+        return path if path and osp.isfile(path) else None
+
+    def _check_space(self, filename: str, previous: int) -> None:
+        """Raise :class:`NoSpaceForCheckpointError` unless ``out_dir`` has room for a checkpoint of ``previous``
+        bytes plus the margin."""
+        needed = int(previous * (1 + SPACE_MARGIN)) + SPACE_MARGIN_BYTES
+        free = shutil.disk_usage(self.out_dir).free
+        if free < needed:
+            keep = self.max_keep_ckpts
+            advice = (f'max_keep_ckpts={keep}: an atomic save holds max_keep_ckpts + 1 = {keep + 1} checkpoints '
+                      f'at once, so the disk needs about {(keep + 1) * needed} bytes for them' if keep > 0 else
+                      'max_keep_ckpts=-1 keeps every checkpoint: set max_keep_ckpts')
+            raise NoSpaceForCheckpointError(
+                f'not saving {filename}: {free} bytes free in {self.out_dir}, it needs about {needed} (the previous '
+                f'checkpoint took {previous} bytes + margin). {advice}. Free space, lower max_keep_ckpts, or set '
+                'out_dir on a larger disk; then resume.')
 
     def _remove(self, steps: list[int]) -> None:
         for step in steps:
@@ -89,6 +132,10 @@ class SafeCheckpointHook(CheckpointHook):
                                  f'{len(model.state_dict())} weights are non-finite (first: {bad[:3]}); the last '
                                  'checkpoint with finite weights is kept')
         self._rng_states = all_gather_object(rng_state())  # every rank, before the master-only save
+        filename = self.filename_tmpl.format(step)
+        previous = self._previous_checkpoint(runner)
+        if is_main_process() and previous:
+            self._check_space(filename, osp.getsize(previous))
 
         outdated = []
         if self.max_keep_ckpts > 0 and not (self.keep_ckpt_ids and self.keep_ckpt_ids[-1] == step):
@@ -98,13 +145,17 @@ class SafeCheckpointHook(CheckpointHook):
             runner.message_hub.update_info('keep_ckpt_ids', list(self.keep_ckpt_ids))
         runner.message_hub.update_info('outdated_ckpt_ids', outdated)  # removed after this save, or on resume
 
-        filename = self.filename_tmpl.format(step)
         self.last_ckpt = self.file_backend.join_path(self.out_dir, filename)
         runner.message_hub.update_info('last_ckpt', self.last_ckpt)
-        runner.save_checkpoint(
-            self.out_dir, filename + '.tmp', self.file_client_args, save_optimizer=self.save_optimizer,
-            save_param_scheduler=self.save_param_scheduler, meta=meta, by_epoch=self.by_epoch,
-            backend_args=self.backend_args, **self.args)
+        try:
+            runner.save_checkpoint(
+                self.out_dir, filename + '.tmp', self.file_client_args, save_optimizer=self.save_optimizer,
+                save_param_scheduler=self.save_param_scheduler, meta=meta, by_epoch=self.by_epoch,
+                backend_args=self.backend_args, **self.args)
+        except BaseException:  # a full disk, a kill: the partial file goes, the kept checkpoints stay
+            if is_main_process() and osp.isfile(self.last_ckpt + '.tmp'):
+                os.remove(self.last_ckpt + '.tmp')
+            raise
         if not is_main_process():
             return
         publish(self.last_ckpt + '.tmp', self.last_ckpt)
@@ -147,19 +198,120 @@ class SafeCheckpointHook(CheckpointHook):
         super().after_val_epoch(runner, metrics)
 
 
+class ResumeConfigError(ValueError):
+    """The config of a resumed run differs from the one its checkpoint was trained with."""
+
+
 @HOOKS.register_module()
 class SafeRuntimeHook(Hook):
-    """Turn the run's plain ``CheckpointHook`` into a :class:`SafeCheckpointHook` with the same settings.
+    """Checkpoints saved safely and loaded strictly, and a resume that does what its config says.
 
-    A custom hook because the mm base configs already define ``default_hooks``
-    (a config fragment cannot override another base's key). It switches the
-    class of the instance, which has no state of its own to add, in
-    ``before_run``: before any save and before a resume loads its checkpoint.
+    - ``before_run``: turns the run's plain ``CheckpointHook`` into a
+      :class:`SafeCheckpointHook` with the same settings (a custom hook because the mm
+      base configs already define ``default_hooks``; the class of the instance, which
+      has no state of its own to add, is switched before any save or load). On a
+      resume from a file, the ``Pretrained`` ``init_cfg`` of the model's modules is
+      skipped: the checkpoint restores every tensor (checked when it loads).
+    - every checkpoint load (``load_from``, ``--resume``, ``tools/test.py``): refuses
+      non-finite weights, naming the file, and loads only through the strict report of
+      :func:`~projects.lisa.models.backbones.loading.check_state_dict` (every tensor
+      loaded, unless named in ``allow_new`` / ``allow_unused``).
+    - on a resume, compares the config with the one stored in the checkpoint
+      (:func:`~.resume.resume_changes`) and stops on a change, unless
+      ``override_optim`` (the config's optimizer settings and schedule replace the
+      restored ones; the optimizer's moments are kept) or ``accept_changes`` (continue
+      with the changed model / data, and the checkpoint's optimizer and schedule) says
+      how to proceed; either way the changes are logged.
     """
 
     priority = 'HIGHEST'
+
+    def __init__(self, allow_new: str | Sequence[str] = (), allow_unused: str | Sequence[str] = (),
+                 override_optim: bool = False, accept_changes: bool = False) -> None:
+        for name, flag in dict(override_optim=override_optim, accept_changes=accept_changes).items():
+            if not isinstance(flag, bool):
+                raise ValueError(f'SafeRuntimeHook: {name}={flag!r} must be True or False')
+        self.allow_new, self.allow_unused = allow_new, allow_unused
+        self.override_optim, self.accept_changes = override_optim, accept_changes
+        self._replay_schedule = False
 
     def before_run(self, runner) -> None:
         for hook in runner.hooks:
             if type(hook) is CheckpointHook:
                 hook.__class__ = SafeCheckpointHook
+        if runner._resume and runner._load_from and osp.isfile(runner._load_from):
+            model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+            for name, module in model.named_modules():
+                init_cfg = getattr(module, 'init_cfg', None)
+                if isinstance(init_cfg, Mapping) and init_cfg.get('type') == 'Pretrained':
+                    runner.logger.info(f'resuming from {runner._load_from}: {name}.init_cfg '
+                                       f'({init_cfg.get("checkpoint")}) skipped, the checkpoint restores every tensor')
+                    module.init_cfg = None
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        source = runner._load_from or 'the checkpoint resumed from'
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        state_dict = {re.sub(r'^module\.', '', k): v for k, v in model_state_dict(checkpoint).items()}
+        bad = nonfinite_tensors(state_dict.items())
+        if bad:
+            raise NonFiniteError(f'{source}: {len(bad)} of {len(state_dict)} weights of the checkpoint are '
+                                 f'non-finite (first: {bad[:3]}); the run that saved it had diverged. Load or resume '
+                                 'an earlier checkpoint: the weights, not the gradients or the lr of this run, are '
+                                 'the cause')
+        optim, run = resume_changes(checkpoint['meta']['cfg'], runner.cfg) if (
+            runner._resume and 'cfg' in checkpoint.get('meta', {})) else ([], [])
+        try:
+            report, adapted = check_state_dict(model, state_dict, source, self.allow_new, self.allow_unused)
+        except IncompleteCheckpointError as error:
+            if run:
+                raise IncompleteCheckpointError(f'{error}\nthe config changed since the checkpoint:\n  '
+                                                + '\n  '.join(run)) from None
+            raise
+        ignored = set(report.ignored)
+        checkpoint['state_dict'] = {k: v for k, v in adapted.items() if k not in ignored}  # what was checked
+        runner.logger.info(str(report))
+        self._check_changes(runner, checkpoint, source, optim, run)
+
+    def _check_changes(self, runner, checkpoint: dict, source: str, optim: list[str], run: list[str]) -> None:
+        stopping = ([] if self.override_optim or self.accept_changes else optim) + ([] if self.accept_changes else run)
+        if stopping:
+            raise ResumeConfigError(
+                f'--resume: the config differs from the one {source} was trained with:\n  ' + '\n  '.join(stopping)
+                + '\nOn a resume the checkpoint\'s optimizer and scheduler state replace the config\'s. Resume with '
+                '--override-optim to apply the new optimizer settings and schedule to the restored state, with '
+                '--accept-changes to continue with the changed settings (optimizer and schedule as restored), '
+                'or start a new run from the checkpoint (load_from, another work dir).')
+        if optim and self.override_optim:
+            restored = checkpoint.get('optimizer', {})
+            if 'param_groups' not in restored or len(restored['param_groups']) != len(
+                    runner.optim_wrapper.optimizer.param_groups):
+                raise ResumeConfigError(f'--override-optim: {source} holds no optimizer state with the '
+                                        'param groups of this config\'s optimizer')
+            restored['param_groups'] = [
+                {**{k: copy.deepcopy(v) for k, v in fresh.items() if k != 'params'}, 'params': saved['params']}
+                for fresh, saved in zip(runner.optim_wrapper.optimizer.param_groups, restored['param_groups'])]
+            checkpoint.pop('param_schedulers', None)  # rebuilt from the config, replayed in before_train
+            self._replay_schedule = True
+            runner.logger.warning('--override-optim: applying the config\'s optimizer settings and schedule to the '
+                                  'restored state (optimizer moments kept):\n  ' + '\n  '.join(optim))
+        elif optim:
+            runner.logger.warning('--accept-changes: these optimizer / schedule settings are overridden by the '
+                                  'restored state:\n  ' + '\n  '.join(optim))
+        if run:
+            runner.logger.warning('--accept-changes: continuing with the changed settings:\n  ' + '\n  '.join(run))
+
+    def before_train(self, runner) -> None:
+        """After ``--override-optim``: step the config's schedulers to the resumed iteration / epoch."""
+        if not self._replay_schedule:
+            return
+        self._replay_schedule = False
+        schedulers = runner.param_schedulers or []
+        schedulers = [s for group in schedulers.values() for s in group] if isinstance(schedulers, dict) \
+            else list(schedulers)
+        for steps, by_epoch in ((runner.iter, False), (runner.epoch, True)):
+            for _ in range(steps):
+                for scheduler in schedulers:
+                    if scheduler.by_epoch == by_epoch:
+                        scheduler.step()
+        lrs = [f'{lr:.6g}' for lr in runner.optim_wrapper.get_lr()['lr']]
+        runner.logger.warning(f'--override-optim: schedule replayed to iteration {runner.iter}, lr {lrs}')

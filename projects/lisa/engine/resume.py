@@ -81,24 +81,65 @@ def checkpoint_problem(path: str) -> str | None:
 
 
 def find_resumable_checkpoint(work_dir: str) -> tuple[str | None, list[tuple[str, str]]]:
-    """The newest intact ``iter_N.pth`` / ``epoch_N.pth`` of ``work_dir`` and the newer ones skipped, with why.
+    """The newest intact ``iter_N.pth`` / ``epoch_N.pth`` of ``work_dir`` and the ones skipped, with why.
 
-    Candidates are the checkpoints in ``work_dir`` and in the folder named by its
-    ``last_checkpoint`` file (a ``CheckpointHook(out_dir=...)`` elsewhere), newest
-    (largest N, then latest modification) first.
+    Candidates are the checkpoints in ``work_dir`` only, newest (largest N, then latest
+    modification) first. A ``last_checkpoint`` file naming a file elsewhere (a work dir
+    copied from another run's, or a ``CheckpointHook(out_dir=...)``) is not followed: it
+    is listed among the skipped, so that another run's checkpoint is resumed only by name
+    (``--resume CKPT``).
     """
-    folders = {work_dir}
+    skipped = []
     pointer = osp.join(work_dir, 'last_checkpoint')
     if osp.isfile(pointer):
         with open(pointer) as f:
-            folders.add(osp.dirname(f.read().strip()) or work_dir)
-    candidates = [osp.join(d, name) for d in folders if osp.isdir(d) for name in os.listdir(d)
+            target = f.read().strip()
+        if osp.dirname(osp.realpath(target)) != osp.realpath(work_dir):
+            skipped.append((target, f'named by {pointer} but outside the work dir {work_dir}, so possibly another '
+                                    "run's: not followed (pass it as --resume CKPT to resume from it)"))
+    candidates = [osp.join(work_dir, name) for name in (os.listdir(work_dir) if osp.isdir(work_dir) else ())
                   if CHECKPOINT_NAME.match(name)]
     candidates.sort(key=lambda p: (int(CHECKPOINT_NAME.match(osp.basename(p))[2]), osp.getmtime(p)), reverse=True)
-    skipped = []
     for path in candidates:
         problem = checkpoint_problem(path)
         if problem is None:
             return path, skipped
         skipped.append((path, problem))
     return None, skipped
+
+
+#: What a resumed run compares between its config and the one stored in the checkpoint: the
+#: optimisation (applied to the restored state by ``override_optim``) and the model and data.
+OPTIM_KEYS = ('optim_wrapper', 'param_scheduler', 'train_cfg')
+RUN_KEYS = ('model', 'train_dataloader.dataset', 'train_dataloader.batch_size')
+#: Settings that a resume may change freely: the checkpoint overwrites what they initialise.
+IGNORED = ('init_cfg', 'pretrained')
+
+
+def _get(cfg, dotted: str):
+    for part in dotted.split('.'):
+        if not isinstance(cfg, dict) or part not in cfg:
+            return None
+        cfg = cfg[part]
+    return cfg
+
+
+def config_changes(old, new, path: str = '') -> list[str]:
+    """Every ``path: old -> new`` where two config values differ (dicts and lists compared item by item)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [change for key in sorted(set(old) | set(new), key=str) if key not in IGNORED
+                for change in config_changes(old.get(key), new.get(key), f'{path}.{key}' if path else str(key))]
+    if isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)) and len(old) == len(new):
+        return [change for i, (a, b) in enumerate(zip(old, new)) for change in config_changes(a, b, f'{path}[{i}]')]
+    return [] if old == new else [f'{path}: {old!r} -> {new!r}']
+
+
+def resume_changes(saved_cfg: str, cfg) -> tuple[list[str], list[str]]:
+    """The changes of the optimisation and of the model / data from ``saved_cfg`` (a checkpoint's
+    ``meta['cfg']``) to ``cfg``, both read through the same ``Config`` text round trip."""
+    from mmengine.config import Config
+    old = Config.fromstring(saved_cfg, file_format='.py').to_dict()
+    new = Config.fromstring(cfg.pretty_text, file_format='.py').to_dict()
+    changes = [[c for key in keys for c in config_changes(_get(old, key), _get(new, key), key)]
+               for keys in (OPTIM_KEYS, RUN_KEYS)]
+    return changes[0], changes[1]

@@ -5,6 +5,7 @@ exact resume and the non-finite guard hold for any config they run.
 """
 from __future__ import annotations
 
+import argparse
 import os.path as osp
 
 from mmengine.config import Config
@@ -12,8 +13,22 @@ from mmengine.config import Config
 FRAGMENT = osp.join(osp.dirname(osp.abspath(__file__)), '..', '..', '..', 'configs', '_base_', 'safe_runtime.py')
 
 
-def add_safe_runtime(cfg: Config, fragment: str = FRAGMENT) -> None:
-    """Append the ``custom_hooks`` of ``fragment`` whose type ``cfg.custom_hooks`` lacks."""
+def add_safe_runtime(cfg: Config, fragment: str = FRAGMENT, **safe_runtime) -> None:
+    """Append the ``custom_hooks`` of ``fragment`` whose type ``cfg.custom_hooks`` lacks; ``safe_runtime``:
+    arguments of the ``SafeRuntimeHook`` (``allow_new``, ``allow_unused``, ``override_optim``, ...)
+    set on it, those that are ``None`` or false left as the config has them."""
     hooks = list(cfg.get('custom_hooks') or [])
     present = {h.get('type') for h in hooks}
     cfg.custom_hooks = hooks + [h for h in Config.fromfile(fragment).custom_hooks if h['type'] not in present]
+    for hook in cfg.custom_hooks:
+        if hook.get('type') == 'SafeRuntimeHook':
+            hook.update({k: v for k, v in safe_runtime.items() if v})
+
+
+def add_allow_args(parser: argparse.ArgumentParser) -> None:
+    """``--allow-new`` / ``--allow-unused``: the globs of the checkpoint's strict report."""
+    parser.add_argument('--allow-new', nargs='+', metavar='GLOB',
+                        help="tensors of the model that the checkpoint may lack (fnmatch globs, or a preset such as "
+                             "'lisa_from_softmax'); left as initialised")
+    parser.add_argument('--allow-unused', nargs='+', metavar='GLOB',
+                        help='tensors of the checkpoint that the model may not use (fnmatch globs)')

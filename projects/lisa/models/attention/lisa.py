@@ -109,6 +109,9 @@ class LiSAAttention(KernelAttention):
         dwc: bool = True,
         **kwargs,
     ) -> None:
+        for name, flag in dict(use_global=use_global, use_local=use_local, focusing=focusing, dwc=dwc).items():
+            if not isinstance(flag, bool):  # 'no' or 0 would silently count as a choice
+                raise ValueError(f'{name}={flag!r} must be True or False')
         super().__init__(dim, num_heads, focusing=focusing, dwc=dwc,
                          implementation=check_implementation(implementation), **kwargs)
         if num_steps == 'inf':

@@ -4,14 +4,17 @@
 foreign layouts with the backbone's ``convert_checkpoint`` and resizes position tables of
 another grid bicubically. :func:`load_pretrained` (``init_cfg`` Pretrained) also reads the
 file and refuses a checkpoint that leaves a tensor of the model unloaded, except the ones
-its ``allow_new`` globs declare new by design.
+its ``allow_new`` globs declare new by design. :func:`check_state_dict` applies the same
+report to a whole model (``load_from``, ``--resume``, ``tools/test.py``, ``tools/export_onnx.py``:
+:func:`load_checkpoint_strictly`), where a tensor the model does not use also stops the load
+unless an ``allow_unused`` glob names it.
 """
 from __future__ import annotations
 
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 
@@ -38,6 +41,7 @@ class LoadReport:
     missing: list[str] = field(default_factory=list)      # not in the checkpoint, not allowed
     unexpected: list[str] = field(default_factory=list)   # in the checkpoint, not in the model
     mismatched: list[tuple[str, tuple, tuple]] = field(default_factory=list)  # key, checkpoint, model shape
+    ignored: list[str] = field(default_factory=list)      # in the checkpoint, not in the model, allowed by allow_unused
 
     def __str__(self) -> str:
         total = len(self.loaded) + len(self.new) + len(self.missing) + len(self.mismatched)
@@ -48,7 +52,8 @@ class LoadReport:
                 ('new by design (allow_new), initialised', self.new),
                 ('NOT IN THE CHECKPOINT', self.missing),
                 ('SHAPE MISMATCH', [f'{k} checkpoint {a} vs model {b}' for k, a, b in self.mismatched]),
-                ('unused, not in this model', self.unexpected)):
+                ('unused, not in this model', self.unexpected),
+                ('unused by design (allow_unused)', self.ignored)):
             if items:
                 lines.append(f'  {title} ({len(items)}): ' + ', '.join(items))
         return '\n'.join(lines)
@@ -107,8 +112,93 @@ def _globs(keys: Sequence[str]) -> list[str]:
     return sorted({re.sub(r'(?<=\.)\d+(?=\.)|^\d+(?=\.)', '*', k) for k in keys})
 
 
+#: Named sets of ``allow_new`` globs. ``'lisa_from_softmax'``: the tensors a LiSA attention has and a
+#: softmax attention lacks (the kernel attention's focusing ``scale``, ``positional_encoding`` and
+#: ``dwc``; LiSA's branch mix ``alpha`` and adaptive ``step_mlp``).
+ALLOW_NEW_PRESETS: dict[str, tuple[str, ...]] = {
+    'lisa_from_softmax': ('*.attn.scale', '*.attn.positional_encoding.*', '*.attn.dwc.*', '*.attn.alpha',
+                          '*.attn.step_mlp.*'),
+}
+
+
+def expand_globs(globs: str | Sequence[str], name: str) -> list[str]:
+    """``globs`` as a list, names of :data:`ALLOW_NEW_PRESETS` replaced by their globs."""
+    globs = [globs] if isinstance(globs, str) else list(globs)
+    for g in globs:
+        if not isinstance(g, str):
+            raise ValueError(f'{name}={globs!r}: every entry must be a glob string or one of '
+                             f'{sorted(ALLOW_NEW_PRESETS)}, got {g!r}')
+    return [p for g in globs for p in ALLOW_NEW_PRESETS.get(g, (g, ))]
+
+
+def _compare(report: LoadReport, own: Mapping[str, Tensor], loaded: Mapping[str, Tensor],
+             allow_new: Sequence[str], allow_unused: Sequence[str]) -> None:
+    """Sort every key of ``own`` (the model's) and of ``loaded`` (the checkpoint's) into ``report``."""
+    for key, value in loaded.items():
+        if key not in own:
+            (report.ignored if any(fnmatch(key, g) for g in allow_unused) else report.unexpected).append(key)
+        elif value.shape != own[key].shape:
+            report.mismatched.append((key, tuple(value.shape), tuple(own[key].shape)))
+        else:
+            report.loaded.append(key)
+    for key in own:
+        if key not in loaded:
+            (report.new if any(fnmatch(key, g) for g in allow_new) else report.missing).append(key)
+
+
+def model_state_dict(ckpt: Mapping) -> Mapping[str, Tensor]:
+    """The state dict in a loaded checkpoint: ``state_dict`` (mmengine), ``model`` (official releases), or itself."""
+    return ckpt.get('state_dict', ckpt.get('model', ckpt))
+
+
+def check_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor], source: str,
+                     allow_new: str | Sequence[str] = (), allow_unused: str | Sequence[str] = ()
+                     ) -> tuple[LoadReport, dict[str, Tensor]]:
+    """The report of loading ``state_dict`` into the whole ``model``, and the adapted state dict; raises if
+    the load would leave the model partly loaded.
+
+    Each LiSA backbone inside ``model`` first adapts its part of the keys as its
+    ``load_state_dict`` pre-hook will (foreign layouts converted, position tables resized).
+    Raises :class:`IncompleteCheckpointError` with the lists if a tensor of the model is
+    not in ``state_dict`` (unless it matches an ``allow_new`` glob or preset), has another
+    shape, or a tensor of ``state_dict`` is not in the model (unless it matches an
+    ``allow_unused`` glob).
+    """
+    allow_new, allow_unused = expand_globs(allow_new, 'allow_new'), expand_globs(allow_unused, 'allow_unused')
+    adapted = dict(state_dict)
+    for name, module in model.named_modules():
+        if hasattr(module, '_adapt_loaded_state_dict'):
+            module._adapt_loaded_state_dict(adapted, f'{name}.' if name else '')
+    report = LoadReport(type(model).__name__, source, adapted.keys() != state_dict.keys())
+    _compare(report, model.state_dict(), adapted, allow_new, allow_unused)
+    if report.missing or report.mismatched or report.unexpected:
+        hint = []
+        if report.missing:
+            hint.append(f'If the tensors not in the checkpoint are new by design, allow them: allow_new='
+                        f'{_globs(report.missing)}.')
+        if report.unexpected:
+            hint.append(f'If the unused tensors are unused by design, allow them: allow_unused='
+                        f'{_globs(report.unexpected)}.')
+        raise IncompleteCheckpointError('\n'.join([str(report), *hint]))
+    return report, adapted
+
+
+def load_checkpoint_strictly(model: nn.Module, filename: str, allow_new: str | Sequence[str] = (),
+                             allow_unused: str | Sequence[str] = ()) -> dict:
+    """Load a checkpoint of the whole ``model`` (``state_dict`` of mmengine, ``model`` of the official
+    releases, or the dict itself; a ``module.`` prefix of a wrapper dropped) after
+    :func:`check_state_dict`; returns the checkpoint."""
+    ckpt = CheckpointLoader.load_checkpoint(filename, map_location='cpu', logger='current')
+    state_dict = {re.sub(r'^module\.', '', k): v for k, v in model_state_dict(ckpt).items()}
+    report, adapted = check_state_dict(model, state_dict, filename, allow_new, allow_unused)
+    ignored = set(report.ignored)
+    model.load_state_dict({k: v for k, v in adapted.items() if k not in ignored}, strict=False)  # checked above
+    print_log(str(report), logger='current', level=logging.INFO)
+    return ckpt
+
+
 def load_pretrained(model: nn.Module, checkpoint: str, prefix: str | None = None,
-                    allow_new: Sequence[str] = ()) -> LoadReport:
+                    allow_new: str | Sequence[str] = ()) -> LoadReport:
     """Load every tensor of ``model`` from ``checkpoint``, log a report, or raise.
 
     The state dict is ``ckpt['state_dict']`` (mmengine), ``ckpt['model']`` (the official
@@ -116,10 +206,11 @@ def load_pretrained(model: nn.Module, checkpoint: str, prefix: str | None = None
     detector) only its keys are kept, prefix stripped. Keys are converted and position tables
     resized by :func:`adapt_state_dict`. Raises :class:`IncompleteCheckpointError` if a tensor
     of the model has no counterpart of its shape, unless it matches a glob of ``allow_new``
-    (``fnmatch``, e.g. ``'*.attn.step_mlp.*'``: new by design, left as initialised).
+    (``fnmatch``, e.g. ``'*.attn.step_mlp.*'``, or a name of :data:`ALLOW_NEW_PRESETS`:
+    new by design, left as initialised).
     """
     ckpt = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu', logger='current')
-    state_dict = ckpt.get('state_dict', ckpt.get('model', ckpt))
+    state_dict = model_state_dict(ckpt)
     heads = sorted({k.split('.')[0] + '.' for k in state_dict if '.' in k})
     if prefix:
         prefix = prefix if prefix.endswith('.') else prefix + '.'
@@ -129,17 +220,7 @@ def load_pretrained(model: nn.Module, checkpoint: str, prefix: str | None = None
                            f'its keys start with {heads}')
     converted, resized = adapt_state_dict(model, state_dict)
     report = LoadReport(type(model).__name__, checkpoint, converted.keys() != state_dict.keys(), resized)
-    own = model.state_dict()
-    for key, value in converted.items():
-        if key not in own:
-            report.unexpected.append(key)
-        elif value.shape != own[key].shape:
-            report.mismatched.append((key, tuple(value.shape), tuple(own[key].shape)))
-        else:
-            report.loaded.append(key)
-    for key in own:
-        if key not in converted:
-            (report.new if any(fnmatch(key, g) for g in allow_new) else report.missing).append(key)
+    _compare(report, model.state_dict(), converted, expand_globs(allow_new, 'allow_new'), ())
     if report.missing or report.mismatched:
         hint = []
         if not report.loaded:

@@ -1,0 +1,95 @@
+"""A full disk stops a save cleanly (issue 25, item 3).
+
+The free space is simulated (``shutil.disk_usage`` as the hook sees it) and so is a write
+that fails half-way; no disk is filled. What must hold: the hook refuses a save that
+cannot fit, with the bytes and the ``max_keep_ckpts`` advice, before touching the kept
+checkpoint; a failed write leaves no partial file; a stale ``.tmp`` is removed at start.
+"""
+from __future__ import annotations
+
+import errno
+from collections import namedtuple
+
+import engine_toy
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.hooks import Hook
+from mmengine.runner import Runner
+
+import projects.lisa  # noqa: F401  (registers the hooks)
+from projects.lisa.engine import checkpoint_hook
+from projects.lisa.engine.checkpoint_hook import NoSpaceForCheckpointError, remove_partial_saves
+
+Usage = namedtuple('Usage', 'total used free')
+
+
+def toy_runner(work_dir) -> Runner:
+    return Runner.from_cfg(Config(engine_toy.toy_config(str(work_dir), max_iters=4, interval=2, max_keep_ckpts=1)))
+
+
+def test_save_without_room_for_the_new_checkpoint_stops_with_the_bytes_and_keeps_the_old(tmp_path, monkeypatch):
+    first = tmp_path / 'iter_2.pth'
+
+    def usage(path):  # room for the first checkpoint, then for half of one
+        return Usage(1, 1, first.stat().st_size // 2 if first.exists() else 10 ** 12)
+    monkeypatch.setattr(checkpoint_hook.shutil, 'disk_usage', usage)
+    with pytest.raises(NoSpaceForCheckpointError) as error:
+        toy_runner(tmp_path).train()
+    size = first.stat().st_size
+    needed = int(size * 1.05) + (1 << 20)  # the previous checkpoint + 5 % + 1 MiB
+    assert f'not saving iter_4.pth: {size // 2} bytes free in {tmp_path}, it needs about {needed}' in str(error.value)
+    assert 'max_keep_ckpts + 1 = 2 checkpoints' in str(error.value)
+    assert torch.load(first, weights_only=False)['meta']['iter'] == 2
+    assert (tmp_path / 'last_checkpoint').read_text().endswith('iter_2.pth')
+    assert not list(tmp_path.glob('*.tmp')) and not (tmp_path / 'iter_4.pth').exists()
+
+
+def test_a_save_that_fails_half_way_removes_its_partial_file(tmp_path, monkeypatch):
+    import mmengine.runner.runner as mm_runner
+    real_save = mm_runner.save_checkpoint
+
+    def half_then_full(checkpoint, filename, **kwargs):
+        if filename.endswith('iter_4.pth.tmp'):
+            with open(filename, 'wb') as f:
+                f.write(b'\0' * 1000)
+            raise OSError(errno.ENOSPC, 'No space left on device')
+        return real_save(checkpoint, filename, **kwargs)
+    monkeypatch.setattr(mm_runner, 'save_checkpoint', half_then_full)
+    with pytest.raises(OSError, match='No space left'):
+        toy_runner(tmp_path).train()
+    assert not list(tmp_path.glob('*.tmp'))
+    assert torch.load(tmp_path / 'iter_2.pth', weights_only=False)['meta']['iter'] == 2
+    assert (tmp_path / 'last_checkpoint').read_text().endswith('iter_2.pth')
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashAfter(Hook):
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        if runner.iter + 1 == 4:  # after the save of iter_4.pth
+            raise Crash
+
+
+def test_a_resume_without_room_for_the_next_checkpoint_stops_at_start(tmp_path, monkeypatch):
+    cfg = engine_toy.toy_config(str(tmp_path), max_iters=8, interval=2, max_keep_ckpts=1)
+    runner = Runner.from_cfg(Config(cfg))
+    runner.register_hook(CrashAfter(), priority='LOWEST')
+    with pytest.raises(Crash):
+        runner.train()
+    size = (tmp_path / 'iter_4.pth').stat().st_size
+    monkeypatch.setattr(checkpoint_hook.shutil, 'disk_usage', lambda path: Usage(1, 1, size))
+    runner = Runner.from_cfg(Config({**cfg, 'resume': True, 'load_from': str(tmp_path / 'iter_4.pth')}))
+    with pytest.raises(NoSpaceForCheckpointError, match=rf'{size} bytes free'):
+        runner.train()
+    assert runner.iter == 4  # stopped before training on
+
+
+def test_stale_partial_saves_are_removed_and_nothing_else(tmp_path):
+    (tmp_path / 'iter_6.pth.tmp').write_bytes(b'\0' * 10)
+    (tmp_path / 'iter_4.pth').write_bytes(b'ok')
+    removed = []
+    remove_partial_saves(str(tmp_path), removed.append)
+    assert [p.name for p in tmp_path.iterdir()] == ['iter_4.pth'] and 'iter_6.pth.tmp' in removed[0]
