@@ -158,3 +158,27 @@ def test_train_tool_with_check_data_stops_before_building_the_model(damaged_ade2
     assert '3 errors:' in proc.stderr and str(damaged_ade20k['value 200']) in proc.stderr
     assert 'Traceback' not in proc.stderr
     assert not (tmp_path / 'work').exists()
+
+
+def test_an_empty_split_is_reported_not_a_traceback(ade20k):
+    """Issue 25 item 6: an empty split used to end in a traceback (a pool of 0 processes)."""
+    for folder in ('images', 'annotations'):
+        for path in (ade20k / folder / 'training').iterdir():
+            path.unlink()
+    found = check_config_data(with_data_root(SEG_DEMO, ade20k), ('train_dataloader', 'val_dataloader'), workers=2)
+    assert found['val_dataloader'] == []
+    [problem] = found['train_dataloader']
+    assert problem.error and problem.problem.startswith('has no samples') and str(ade20k) in problem.file
+
+
+def test_a_16_bit_image_that_decodes_to_black_is_an_error(ade20k):
+    """Issue 25 item 6: 16-bit images with values below 256 decoded to all-zero input without a word.
+    The reference is the loader itself: mmcv.imread decodes the image to zeros."""
+    image = sorted((ade20k / 'images' / 'training').iterdir())[2]
+    pixels = np.asarray(Image.open(image).convert('L')).astype(np.uint16) // 2  # 0..127 in 16 bits
+    Image.fromarray(pixels).save(image, format='PNG')
+    assert Image.open(image).mode.startswith('I;16') and pixels.max() > 0
+    assert not mmcv.imread(str(image)).any()
+    problems = check_config_data(with_data_root(SEG_DEMO, ade20k), ('train_dataloader', ), workers=1)
+    [problem] = problems['train_dataloader']
+    assert problem.file == str(image) and problem.error and 'decodes to the constant 0' in problem.problem

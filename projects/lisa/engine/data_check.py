@@ -28,7 +28,7 @@ from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.runner import Runner as MMEngineRunner
 
-from .data_validation import LISTED, DataError, LabelMapCheck, leaves, load_dataset, report, sample_check
+from .data_validation import LISTED, DataError, ImageCheck, LabelMapCheck, leaves, load_dataset, report, sample_check
 
 PREPARATION: dict[str, str] = {
     'ADE20KDataset': (
@@ -114,7 +114,7 @@ class SampleFilesInErrors:
     wrapped dataset's, so samplers, loops and metrics see the dataset itself.
     """
 
-    def __init__(self, dataset, check: LabelMapCheck | None = None) -> None:
+    def __init__(self, dataset, check: LabelMapCheck | ImageCheck | None = None) -> None:
         self._dataset = dataset
         self._check = check
         self._checked: set[int] = set()
@@ -132,7 +132,7 @@ class SampleFilesInErrors:
 
     def __getitem__(self, idx: int):
         if self._check is not None and idx not in self._checked:
-            problems = self._check(self._dataset.get_data_info(idx))
+            problems = [p for p in self._check(self._dataset.get_data_info(idx)) if p.error]  # notes pass
             if problems:
                 raise DataError(f'{type(self._dataset).__name__} sample {idx} is invalid:\n{report(problems)}\n'
                                 '(`python tools/check_data.py CONFIG` lists every invalid sample of a config)')
@@ -146,7 +146,7 @@ class SampleFilesInErrors:
                             f'{type(error).__name__}: {error}') from error
 
 
-def _one_sample_check(dataset) -> LabelMapCheck | None:
+def _one_sample_check(dataset) -> LabelMapCheck | ImageCheck | None:
     """The sample check shared by every dataset inside ``dataset``; None where there is none."""
     checks = {sample_check(leaf) for leaf in leaves(dataset)}
     if len(checks) > 1:

@@ -111,6 +111,41 @@ def image_size(path: str) -> tuple[int, int]:
     return height, width
 
 
+def image_problems(path: str) -> list[Problem]:
+    """What the 8-bit colour loading of ``LoadImageFromFile`` (``mmcv.imread``) makes of a 16-bit image.
+
+    OpenCV converts 16-bit pixels to 8 bits as ``round(value / 256)``: an image whose
+    values stay below 128 decodes to all zeros, any 16-bit image loses its low 8 bits. The
+    decoded image is read (16-bit images only) to say which.
+    """
+    with Image.open(path) as image:
+        mode = image.mode
+    if not (mode.startswith('I;16') or mode == 'I'):
+        return []
+    import mmcv
+    decoded = mmcv.imread(path, 'color')
+    lo, hi = int(decoded.min()), int(decoded.max())
+    if lo == hi:
+        return [Problem(path, f'is a 16-bit image (PNG mode {mode!r}) that the 8-bit colour loader decodes to the '
+                              f'constant {lo} (round(value / 256))',
+                        "an 8-bit image, a 16-bit one that spans the 16-bit range, or color_type='unchanged' in "
+                        'LoadImageFromFile with a normalisation for its range')]
+    return [Problem(path, f'is a 16-bit image (PNG mode {mode!r}), decoded at 8 bits ({lo}..{hi})',
+                    'an 8-bit image (the loader drops the low 8 bits)', error=False)]
+
+
+@dataclass(frozen=True)
+class ImageCheck:
+    """The check of a sample's image alone (detection and classification datasets)."""
+
+    def __call__(self, info: Mapping) -> list[Problem]:
+        try:
+            return image_problems(info['img_path'])
+        except (OSError, ValueError) as error:
+            return [Problem(info['img_path'], f'cannot be read as an image ({type(error).__name__}: {error})',
+                            'a JPEG or PNG image')]
+
+
 @dataclass(frozen=True)
 class LabelMapCheck:
     """The label maps mmseg's ``LoadAnnotations`` reads correctly, for a dataset of ``num_classes`` classes.
@@ -190,6 +225,7 @@ class LabelMapCheck:
                 problems.append(Problem(path, f'is {array.shape[0]}x{array.shape[1]} (HxW) but its image '
                                               f'{info["img_path"]} is {size[0]}x{size[1]}',
                                         'a label map of the same size as its image'))
+            problems += image_problems(info['img_path'])
         return problems
 
 
@@ -335,10 +371,12 @@ def _instance(dataset, module: str, name: str) -> bool:
     return cls is not None and isinstance(dataset, cls)
 
 
-def sample_check(dataset) -> LabelMapCheck | None:
+def sample_check(dataset) -> LabelMapCheck | ImageCheck | None:
     """The check of one sample's files for a (leaf) dataset, or None where there is none."""
     if _instance(dataset, 'mmseg.datasets.basesegdataset', 'BaseSegDataset'):
         return LabelMapCheck.of(dataset)
+    if _instance(dataset, 'mmdet.datasets.coco', 'CocoDataset'):
+        return ImageCheck()
     return None
 
 
@@ -404,6 +442,8 @@ def load_dataset(cfg: Mapping):
             if hasattr(dataset, 'full_init'):
                 dataset.full_init()
     except Exception as error:
+        if any(getattr(leaf, 'data_list', None) == [] for leaf in leaves(dataset)):  # serialising 0 samples fails
+            raise DataProblems([*problems, empty_split(cfg)]) from error
         if any(p.error for p in problems):
             raise DataProblems(problems, f'{cfg.get("type")} failed to load ({type(error).__name__}: {error}):\n'
                                ) from error
@@ -425,7 +465,7 @@ def check_samples(dataset, workers: int = 0, chunk: int = 64) -> list[Problem]:
         infos = [leaf.get_data_info(i) for i in range(len(leaf))]
         chunks = [infos[i:i + chunk] for i in range(0, len(infos), chunk)]
         workers = workers or os.cpu_count() or 1
-        if workers == 1 or len(chunks) == 1:
+        if workers == 1 or len(chunks) <= 1:  # an empty split has no chunk (reported by check_config_data)
             found = map(partial(_check_infos, check), chunks)
             problems += [p for part in found for p in part]
         else:
@@ -447,5 +487,20 @@ def check_config_data(cfg: Mapping, loaders: Sequence[str], workers: int = 0) ->
             except DataProblems as error:
                 found[loader] = error.problems
                 continue
+        if len(dataset) == 0:  # a dataset that does not serialise its samples loads empty
+            problems.append(empty_split(cfg[loader]['dataset']))
         found[loader] = problems + check_samples(dataset, workers)
     return found
+
+
+def empty_split(cfg: Mapping) -> Problem:
+    """The problem of a dataset config that loads no sample."""
+    where = [d.get('data_root') or d.get('ann_file') for d in _leaf_cfgs(cfg)]
+    return Problem(f'{cfg.get("type")} {where}', 'has no samples (no image found, or every one filtered out)',
+                   'a split with at least one sample: check data_root, data_prefix and ann_file')
+
+
+def _leaf_cfgs(cfg: Mapping) -> list[Mapping]:
+    """The dataset configs inside a (possibly wrapping) dataset config."""
+    inner = cfg.get('datasets') or ([cfg['dataset']] if isinstance(cfg.get('dataset'), Mapping) else None)
+    return [leaf for c in inner for leaf in _leaf_cfgs(c)] if inner else [cfg]
