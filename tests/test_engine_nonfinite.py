@@ -20,6 +20,7 @@ from mmengine.runner import Runner
 from mmengine.structures import PixelData
 from mmseg.structures import SegDataSample
 
+from projects.lisa.engine.amp import enable_amp
 from projects.lisa.engine.nonfinite import NonFiniteError, NonFiniteGuardHook
 from projects.lisa.engine.resume import checkpoint_problem
 
@@ -165,3 +166,24 @@ def test_amp_without_cuda_trains_in_bf16_autocast(seg_workspace):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'bf16 autocast on the CPU' in proc.stderr
     assert checkpoint_problem(str(work / 'iter_2.pth')) is None
+
+
+DET_DEMO = ROOT / 'configs/detection/demo/mask-rcnn_lisa-pvt-t_fpn_1xb4-12e_synthetic-coco-96.py'
+
+
+def test_cpu_amp_refuses_mask_rcnn_at_start_naming_its_fp32_only_ops(monkeypatch):
+    """Issue 25 item 7: --amp on the CPU used to crash Mask R-CNN at step 1 (mmcv nms: expected Float)."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    with pytest.raises(ValueError, match=r"(?s)--amp: .*'RoIAlign'.*'nms'.*float32 only"):
+        enable_amp(Config.fromfile(str(DET_DEMO)))
+    seg = Config.fromfile(str(SEG_DEMO))
+    assert 'bf16 autocast' in enable_amp(seg) and seg.optim_wrapper.type == 'CPUAmpOptimWrapper'
+
+
+def test_mmcv_nms_has_no_bf16_cpu_kernel():
+    """The reason for the refusal: if mmcv gains the kernel, this fails and the refusal can go."""
+    from mmcv.ops import nms
+    boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]])
+    nms(boxes, torch.tensor([0.9, 0.8]), 0.5)  # float32 runs
+    with pytest.raises(RuntimeError):
+        nms(boxes.bfloat16(), torch.tensor([0.9, 0.8]).bfloat16(), 0.5)
