@@ -99,9 +99,10 @@ def test_resume_skips_a_truncated_newest_checkpoint_and_says_why(tmp_path):
     newest.write_bytes(newest.read_bytes()[:newest.stat().st_size // 3])  # e.g. a disk that filled up
     assert find_resumable_checkpoint(str(work))[0] == str(work / 'iter_2.pth')
 
-    proc = train(config, '--resume', '--cfg-options', 'train_cfg.max_iters=6')
+    proc = train(config, '--resume', '--accept-changes', '--cfg-options', 'train_cfg.max_iters=6')
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f'--resume: skipping {newest}: unreadable' in proc.stderr
+    assert 'train_cfg.max_iters: 4 -> 6' in proc.stdout + proc.stderr  # a longer run is a listed change
     assert resumed_iteration(proc.stdout + proc.stderr) == 2
     assert torch.load(work / 'iter_6.pth', weights_only=True)['meta']['iter'] == 6
 
