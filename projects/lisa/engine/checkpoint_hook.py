@@ -6,8 +6,11 @@ kill during a save with ``max_keep_ckpts=1`` leaves no checkpoint, or a
 truncated one that ``--resume`` cannot read. :class:`SafeCheckpointHook` keeps
 MMEngine's arguments and file names and changes the order of a save:
 
-1. refuse to save non-finite weights (:class:`~.nonfinite.NonFiniteError`);
-2. write ``<name>.tmp``, ``fsync`` it, rename it to ``<name>`` and ``fsync`` the folder;
+1. refuse to save non-finite weights (:class:`~.nonfinite.NonFiniteError`), and refuse a save the
+   disk has no room for (:class:`NoSpaceForCheckpointError`: the previous checkpoint's size plus a
+   margin must be free, checked again when a resumed run starts);
+2. write ``<name>.tmp``, ``fsync`` it, rename it to ``<name>`` and ``fsync`` the folder (a write
+   that fails removes its ``.tmp``);
 3. replace ``last_checkpoint`` the same way, so it only ever names a complete file;
 4. only then delete the checkpoints beyond ``max_keep_ckpts``.
 
