@@ -10,8 +10,10 @@ install:
 demo: install
 	$(PY) tools/demo.py
 
+# The whole suite, one pytest-xdist worker per core (slow tests spread by work stealing), closing with
+# its 15 slowest tests: CI's budget is read off that list.
 test: install
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q -n auto --dist worksteal --durations 15
 
 # The edit loop: everything but the tests marked slow (end-to-end runs, big inputs), one worker
 # process per core (pytest-xdist).
@@ -30,3 +32,9 @@ docs: install
 	$(PY) tools/benchmark_model.py --img-sizes 224 2048 --threads 1 --markdown docs/deit.md
 	$(PY) tools/demo.py
 	$(PY) tools/collect_results.py work_dirs/demo --found-only --markdown docs/results.md
+
+# The long-range probe (docs/long_range.md): the six main attentions x 3 seeds on the 2-core CPU,
+# ~30 minutes (`tools/long_range.py --setting full` is the GPU-sized sweep).
+.PHONY: long-range
+long-range: install
+	$(PY) tools/long_range.py --setting quick --threads 1

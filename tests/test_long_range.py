@@ -27,6 +27,13 @@ from tools import long_range as tool
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def cue_colour(image: np.ndarray) -> int:
+    """Index of the cue's centre colour (the white-ringed cell)."""
+    ys, xs = np.nonzero((image == CUE_RING).all(-1))
+    centre = image[ys.min() + 2, xs.min() + 2]
+    return int(np.flatnonzero((PALETTE == centre).all(1))[0])
+
+
 def decode_lookup(image: np.ndarray, cell: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Solve a noise-free lookup image from its pixels alone: follow the cue's pointer through the
     relays to the answer colour; return the labels, the distance map and the hop count."""
@@ -48,8 +55,8 @@ def decode_lookup(image: np.ndarray, cell: int) -> tuple[np.ndarray, np.ndarray,
         pointer, hops = relays[pointer], hops + 1
     label = np.full(image.shape[:2], IGNORE, np.uint8)
     distance = np.zeros(image.shape[:2])
-    for y, x, c in shapes:
-        label[y * cell:(y + 1) * cell, x * cell:(x + 1) * cell] = c == pointer
+    for y, x, _ in shapes:
+        label[y * cell:(y + 1) * cell, x * cell:(x + 1) * cell] = pointer
         distance[y * cell:(y + 1) * cell, x * cell:(x + 1) * cell] = cell * math.hypot(y - cue[0], x - cue[1])
     return label, distance, hops
 
@@ -63,7 +70,10 @@ def test_lookup_labels_match_following_the_pointers_in_the_image(hops):
         assert h == want_hops and hops[0] <= h <= hops[1]
         shown = label != IGNORE
         np.testing.assert_array_equal(probe[0][shown], np.round(want_distance[shown]))
-        assert (probe[1][shown] == h).all() and (label[shown] == 1).mean() == 0.5
+        assert (probe[1][shown] == h).all()
+        assert h > 1 or (label[shown] == cue_colour(image)).all()  # one hop: the cue holds the answer
+        red = (image[shown] == PALETTE[0]).all(-1)
+        assert red.mean() == 0.5  # half the shapes red, half green, whatever the answer
 
 
 def test_lookup_distance_knob_bounds_the_cue_distance():
@@ -180,7 +190,7 @@ def test_tool_markdown_from_stored_rows(tmp_path):
     # softmax far bin: 92, 94, 96 -> 94 ± 2; all distances per seed 95, 95, 96.5 -> 95.5 ± sqrt(0.75)
     assert '| softmax (global) | 97.0 ± 1.0 | 94.0 ± 2.0 | 95.5 ± 0.9 |' in text
     assert '| LiSA local-only | 97.0 ± 0.0 | 52.0 ± 2.0 | 74.5 ± 1.0 |' in text
-    assert 'softmax, hop 1, distance >= 64 px: 94.0 % (passes' in text
+    assert 'softmax, hop 1, distance >= 48 px: 94.0 % (passes' in text
     assert 'LiSA local-only, hop 1: far 52.0 %' in text and 'vs softmax 97.0 % (passes' in text
     acc[('lisa-local', 0, 1, 64)] = 90
     failing = tool.markdown(rows_of(acc))  # far (90 + 52 + 54) / 3 = 65.3 > chance + 10
@@ -194,7 +204,7 @@ def test_tool_markdown_from_stored_rows(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize('task, config', [
-    ('lookup', 'configs/long_range/lookup_vit-2l_lisa_96px.py'),
+    ('lookup', 'configs/long_range/lookup_vit-2l_lisa_64px.py'),
     ('pathfinder_cls', 'configs/long_range/pathfinder-cls_vit-2l_lisa_64px.py')])
 def test_two_iteration_train_through_tools_train(tmp_path, task, config):
     """Only an end-to-end run catches a config that mmseg / mmpretrain cannot build or feed
@@ -218,12 +228,13 @@ def test_two_iteration_train_through_tools_train(tmp_path, task, config):
         assert 'accuracy/top1' in done.stdout + done.stderr
 
 
-def test_visualize_walk_queries_the_farthest_target_of_a_probe_image(tmp_path):
+def test_visualize_walk_queries_the_farthest_shape_of_a_probe_image(tmp_path):
     from tools.visualize_walk import main, probe_image
     image, (x, y) = probe_image('lookup', 96, seed=0)
     want_image, label, probe, _ = lookup_scene(rng_for(0, 'lookup', 'val', 0), size=96, hops=(2, 2))
     np.testing.assert_array_equal(image, want_image)
-    assert label[int(y), int(x)] == 1 and probe[0][int(y), int(x)] == probe[0][label == 1].max()
+    shown = label != IGNORE
+    assert shown[int(y), int(x)] and probe[0][int(y), int(x)] == probe[0][shown].max()
     out = tmp_path / 'walk.png'
-    main([str(ROOT / 'configs/long_range/lookup_vit-2l_lisa_96px.py'), '--probe', 'lookup', '--out', str(out)])
+    main([str(ROOT / 'configs/long_range/lookup_vit-2l_lisa_64px.py'), '--probe', 'lookup', '--out', str(out)])
     assert out.stat().st_size > 0

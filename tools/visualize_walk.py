@@ -15,10 +15,12 @@ Each map is the mean over heads (or one ``--head``), coloured from zero to its
 largest weight on another token (the query's own cell saturates); the weight
 the query keeps on itself and on a class token, if any, are in the title.
 
-Example::
+Examples (the second on a long-range probe image with a trained probe model)::
 
     python tools/visualize_walk.py configs/classification/deit-tiny_lisa_8xb128_in1k.py \\
         --layer layers.11.attn --query 120 90 --out work_dirs/walk.png
+    python tools/visualize_walk.py configs/long_range/lookup_vit-2l_lisa_64px.py --probe lookup \\
+        --checkpoint work_dirs/long_range/hops1-2/lisa/seed0/iter_600.pth --layer layers.1.attn
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ import projects.lisa  # noqa: F401  (registers the backbones)
 from projects.lisa.analysis.flops import backbone_input_hw
 from projects.lisa.analysis.walk_maps import attention_matrices, query_row, query_token, split_row
 from projects.lisa.models.attention import KernelAttention
+from projects.lisa.synthetic.long_range import IGNORE, lookup_scene, pathfinder_scene, rng_for
 from projects.lisa.synthetic.synthetic import coco_scene
 
 
@@ -51,6 +54,21 @@ def load_image(path: Path | None, input_hw: tuple[int, int], seed: int) -> np.nd
     else:
         image = mmcv.imread(str(path), channel_order='rgb')
     return mmcv.imresize(image, input_hw[::-1])
+
+
+def probe_image(task: str, size: int, seed: int) -> tuple[np.ndarray, tuple[float, float]]:
+    """A long-range probe image (``projects/lisa/synthetic/long_range.py``) of side ``size`` and
+    the query ``(x, y)`` where range matters: the shape cell farthest from the cue (lookup),
+    the far end of the marked curve (pathfinder)."""
+    rng = rng_for(seed, task, 'val', 0)
+    if task == 'lookup':
+        image, label, probe, _ = lookup_scene(rng, size=size, hops=(2, 2))
+        distance = np.where(label != IGNORE, probe[0].astype(int), -1)
+    else:
+        image, label, probe, _ = pathfinder_scene(rng, size=size)
+        distance = np.where(label == 1, probe[0].astype(int), -1)
+    y, x = np.unravel_index(int(distance.argmax()), distance.shape)
+    return image, (x + 0.5, y + 0.5)
 
 
 def capture_input(model: nn.Module, attention: nn.Module, inputs: torch.Tensor) -> tuple[torch.Tensor, tuple]:
@@ -108,6 +126,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('config', type=Path, help='an mmpretrain / mmseg / mmdet config with a LiSA backbone')
     parser.add_argument('--checkpoint', type=Path, help='weights (default: random initialisation)')
     parser.add_argument('--image', type=Path, help='image file (default: a generated scene)')
+    parser.add_argument('--probe', choices=('lookup', 'pathfinder'),
+                        help='a long-range probe image instead, queried at its farthest labelled pixel '
+                             '(tools/long_range.py): does the walk reach the cue, follow the contour?')
     parser.add_argument('--input-size', type=int, nargs=2, metavar=('H', 'W'),
                         help="model input (default: the backbone's image size, e.g. 224x224)")
     parser.add_argument('--query', type=float, nargs=2, metavar=('X', 'Y'),
@@ -143,12 +164,17 @@ def main(argv=None) -> None:
     attention = candidates[layer]
 
     input_hw = tuple(args.input_size) if args.input_size else backbone_input_hw(cfg)
-    image = load_image(args.image, input_hw, args.seed)
+    if args.probe:
+        if args.image is not None or input_hw[0] != input_hw[1]:
+            raise SystemExit(f'--probe draws a square image of its own: got --image {args.image}, input {input_hw}')
+        image, probe_query = probe_image(args.probe, input_hw[0], args.seed)
+    else:
+        image, probe_query = load_image(args.image, input_hw, args.seed), None
     bgr = torch.from_numpy(np.ascontiguousarray(image[..., ::-1])).permute(2, 0, 1)  # as mmcv loads it
     inputs = model.data_preprocessor(dict(inputs=[bgr], data_samples=None), False)['inputs']
     x, hw_shape = capture_input(model, attention, inputs)
 
-    point_xy = tuple(args.query) if args.query else (input_hw[1] / 2, input_hw[0] / 2)
+    point_xy = tuple(args.query) if args.query else probe_query or (input_hw[1] / 2, input_hw[0] / 2)
     num_prefix = attention.num_prefix_tokens
     query = query_token(point_xy, input_hw, hw_shape, num_prefix)
     maps = attention_matrices(attention, x, hw_shape, args.powers, args.steps)

@@ -6,18 +6,18 @@ stream keyed by (seed, task, split, i)) and written in the formats mm datasets r
 * **Lookup** (segmentation, :func:`lookup_scene`). The image is a grid of
   ``cell``-pixel cells (one patch token each for a backbone of that patch size) over a
   grey noisy background. A *cue* (white ring, centre colour ``c_0``) starts a chain of
-  pointers through *relays* (ring colour = the relay's name, centre colour = where it
-  points): ``c_0 -> relay named c_0 -> its centre c_1 -> ...`` until a colour names no
-  relay; that colour ``c_{h-1}`` selects the *targets*. Every image holds ``relays``
-  relays with distinct ring colours, so the chain is unique and the others are
-  distractors. Solid single-colour cells (*shapes*) are labelled 1 if their colour is
-  ``c_{h-1}`` and 0 otherwise, half of them each; every other pixel is 255 (ignored).
+  pointers through *relays* (ring colour = the relay's name, one of 4 pointer colours;
+  centre colour = where it points): ``c_0 -> relay named c_0 -> its centre c_1 -> ...``
+  until a colour names no relay; that colour ``c_{h-1}`` (red or green) selects the
+  answer. Every image holds ``relays`` relays with distinct ring colours, so the
+  chain is unique and the others are distractors. Solid cells (*shapes*, half of
+  them red, half green: their own colour says nothing) are all labelled with the
+  answer, 0 (red) or 1 (green); every other pixel is 255 (ignored).
   ``h`` (the *hops*: lookups from the cue to the answer) is drawn per image from
   ``hops``; a shape's *distance* is the Euclidean distance in pixels from its cell
   centre to the cue's, and ``distance=(lo, hi)`` (in cells) bounds where shapes lie.
   A model whose receptive field does not reach from a shape to the cue (and through
-  the relays) sees a coloured cell and nothing that says whether it is a target:
-  chance is 50 %.
+  the relays) sees a cell whose colour says nothing about its label: chance is 50 %.
 * **Connectivity** (Pathfinder-style, :func:`pathfinder_scene`). Smooth dashed curves
   that never touch; segmentation: the pixels of the curve holding the marker (a
   disc at one of its ends) are 1, the other curves' pixels 0, the background 255
@@ -52,9 +52,11 @@ from scipy.ndimage import binary_dilation
 PALETTE = np.array([(230, 40, 40), (40, 200, 60), (50, 80, 235), (240, 220, 40), (220, 60, 220),
                     (40, 220, 230)], dtype=float)
 """The colours of cue centres, relays and shapes (red, green, blue, yellow, magenta, cyan)."""
+SHAPE_COLOURS = (0, 1)
+"""Shapes are red or green; the other colours name relays."""
 CUE_RING = (255, 255, 255)
 IGNORE = 255
-LOOKUP_CLASSES = ('other', 'target')
+LOOKUP_CLASSES = ('red', 'green')
 PATHFINDER_SEG_CLASSES = ('distractor', 'connected')
 PATHFINDER_CLS_CLASSES = ('connected', 'disconnected')  # label order = sorted folder names
 TASKS = ('lookup', 'pathfinder_seg', 'pathfinder_cls')
@@ -81,7 +83,7 @@ def lookup_scene(rng: np.random.Generator, size: int = 96, cell: int = 4, hops: 
         size: image side (px), a multiple of ``cell``.
         cell: cell side (px), >= 4 (a ring around a 2x2 centre fits).
         hops: inclusive range of the hop count, drawn uniformly per image; ``hi <= relays + 1``.
-        relays: relays per image (chain and distractors), at most ``len(PALETTE) - 1``.
+        relays: relays per image (chain and distractors), at most 4 (the pointer colours).
         shapes: shape cells per image (even: half targets).
         distance: range (in cells) of a shape's distance to the cue.
         noise: standard deviation of the pixel noise.
@@ -89,8 +91,8 @@ def lookup_scene(rng: np.random.Generator, size: int = 96, cell: int = 4, hops: 
     if cell < 4 or size % cell or size < 8 * cell:
         raise ValueError(f'size={size}, cell={cell}: need cell >= 4 and size a multiple of cell, >= 8 cells')
     lo_h, hi_h = (int(h) for h in _check_range('hops', hops, 1))
-    if not 0 <= relays < len(PALETTE):
-        raise ValueError(f'relays={relays} must be in [0, {len(PALETTE) - 1}]')
+    if not 0 <= relays <= len(PALETTE) - len(SHAPE_COLOURS):
+        raise ValueError(f'relays={relays} must be in [0, {len(PALETTE) - len(SHAPE_COLOURS)}]')
     if hi_h > relays + 1:
         raise ValueError(f'hops={tuple(hops)}: {hi_h} hops need >= {hi_h - 1} relays, got relays={relays}')
     if shapes < 2 or shapes % 2:
@@ -98,14 +100,14 @@ def lookup_scene(rng: np.random.Generator, size: int = 96, cell: int = 4, hops: 
     d_lo, d_hi = _check_range('distance', distance, 0)
     grid = size // cell
     h = int(rng.integers(lo_h, hi_h + 1))
-    # Chain colours c_0 .. c_{h-1} distinct; relays named c_0 .. c_{h-2} point along it, the
-    # distractors are named by colours outside the chain (so c_{h-1} names no relay).
-    order = rng.permutation(len(PALETTE))
-    chain, spare = order[:h], order[h:]
+    # Chain c_0 .. c_{h-1}: distinct pointer colours, then a shape colour; relays named c_0 .. c_{h-2}
+    # point along it, the distractors are named by the other pointer colours.
+    order = len(SHAPE_COLOURS) + rng.permutation(len(PALETTE) - len(SHAPE_COLOURS))
+    answer = int(rng.integers(len(SHAPE_COLOURS)))
+    chain, spare = [*order[:h - 1], answer], order[h - 1:]
     named = [*chain[:-1], *spare[:relays - (h - 1)]]
     points = [*chain[1:], *(int(rng.choice([c for c in range(len(PALETTE)) if c != n]))
                             for n in spare[:relays - (h - 1)])]
-    answer = chain[-1]
 
     cells = rng.permutation(grid * grid)
     cue, relay_cells, rest = cells[0], cells[1:1 + relays], cells[1 + relays:]
@@ -117,8 +119,7 @@ def lookup_scene(rng: np.random.Generator, size: int = 96, cell: int = 4, hops: 
         raise ValueError(f'distance={tuple(distance)}: only {len(free)} free cells lie in range, '
                          f'{shapes} shapes needed')
     shape_cells = free[:shapes]
-    others = [c for c in range(len(PALETTE)) if c != answer]
-    colours = np.concatenate([np.full(shapes // 2, answer), rng.choice(others, shapes - shapes // 2)])
+    colours = np.concatenate([np.full(shapes // 2, answer), np.full(shapes - shapes // 2, 1 - answer)])
 
     image = np.full((size, size, 3), 128.0) + rng.normal(0, 12, (1, 1, 3))
     label = np.full((size, size), IGNORE, np.uint8)
@@ -141,7 +142,7 @@ def lookup_scene(rng: np.random.Generator, size: int = 96, cell: int = 4, hops: 
     for c, colour in zip(shape_cells, colours):
         ys, xs = box(c)
         image[ys, xs] = PALETTE[colour]
-        label[ys, xs] = int(colour == answer)
+        label[ys, xs] = answer
         y, x = divmod(int(c), grid)
         probe[0, ys, xs] = round(cell * math.hypot(y - cy, x - cx))
         probe[1, ys, xs] = h

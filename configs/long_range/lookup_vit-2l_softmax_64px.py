@@ -1,5 +1,5 @@
 # Long-range lookup probe (projects/lisa/synthetic/long_range.py), the shared recipe of every attention:
-# a 2-layer ViT (width 64, 2 heads, patch 4 px: a 24x24 token grid on 96 px images, no class token),
+# a 2-layer ViT (width 64, 2 heads, patch 4 px: a 16x16 token grid on 64 px images, no class token),
 # a 1x1 classifier on its tokens (FCNHead without convs: no spatial mixing outside the attention)
 # and one schedule. The other configs of this folder change `attn_cfgs` only.
 # Data: `python tools/long_range.py --generate-only` writes it.
@@ -8,8 +8,8 @@ custom_imports = dict(imports=['projects.lisa', 'projects.lisa.synthetic.long_ra
 _base_ = ['mmseg::_base_/default_runtime.py', '../_base_/lisa_runtime.py']
 
 data_root = 'data/long_range/lookup_hops1-2'  # the quick setting's difficulty
-img_size = 96
-max_iters = 600
+img_size = 64
+max_iters = 300
 attn_cfgs = dict(type='softmax')
 
 model = dict(
@@ -23,12 +23,12 @@ model = dict(
     decode_head=dict(
         type='FCNHead', in_channels=64, channels=64, num_convs=0, concat_input=False, in_index=0,
         num_classes=2, dropout_ratio=0.0, align_corners=False,
-        loss_decode=dict(type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0)),
+        loss_decode=dict(type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0, avg_non_ignore=True)),
     train_cfg=dict(),
     test_cfg=dict(mode='whole'))
 
 pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'), dict(type='PackSegInputs')]
-dataset = dict(type='BaseSegDataset', data_root=data_root, metainfo=dict(classes=('other', 'target')),
+dataset = dict(type='BaseSegDataset', data_root=data_root, metainfo=dict(classes=('red', 'green')),
                img_suffix='.png', seg_map_suffix='.png', reduce_zero_label=False, pipeline=pipeline)
 train_dataloader = dict(
     batch_size=8, num_workers=0, persistent_workers=False, sampler=dict(type='InfiniteSampler', shuffle=True),
@@ -38,17 +38,19 @@ val_dataloader = dict(
     dataset=dict(**dataset, data_prefix=dict(img_path='img_dir/val', seg_map_path='ann_dir/val')))
 test_dataloader = val_dataloader
 # Pixel accuracy per distance bin (px; 16 px = 4 tokens) and hop count.
-val_evaluator = dict(type='LongRangeAccuracy', distance_bins=(0, 16, 32, 48, 64, 200))
+val_evaluator = dict(type='LongRangeAccuracy', distance_bins=(0, 16, 32, 48, 100))
 test_evaluator = val_evaluator
 
 optim_wrapper = dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.01),
                      clip_grad=dict(max_norm=1.0))
 param_scheduler = [
-    dict(type='LinearLR', start_factor=0.1, begin=0, end=50, by_epoch=False),
-    dict(type='CosineAnnealingLR', eta_min=0.0, begin=50, end=max_iters, by_epoch=False)]
+    dict(type='LinearLR', start_factor=0.1, begin=0, end=30, by_epoch=False),
+    dict(type='CosineAnnealingLR', eta_min=0.0, begin=30, end=max_iters, by_epoch=False)]
 train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters)
 val_cfg = dict(type='ValLoop')
 test_cfg = dict(type='TestLoop')
-default_hooks = dict(logger=dict(interval=50), checkpoint=dict(type='CheckpointHook', by_epoch=False,
-                                                               interval=max_iters, max_keep_ckpts=1))
+default_hooks = dict(
+    timer=dict(type='IterTimerHook'), logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
+    param_scheduler=dict(type='ParamSchedulerHook'), sampler_seed=dict(type='DistSamplerSeedHook'),
+    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=max_iters, max_keep_ckpts=1))
 randomness = dict(seed=0)
