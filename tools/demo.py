@@ -21,7 +21,7 @@ The steps, every one a printed command:
    the stages, if one scores below ``max(2 x baseline, baseline + 10 points)``.
 
 The demo configs inherit the paper's configs and change only sizes, schedule, data root,
-SyncBN -> BN, for the classifier its learning rate and batch augmentation, and for the detector
+SyncBN -> BN, for the classifier its learning rate and augmentation, and for the detector
 its anchors (see their comments).
 Progress lines are shown; the full logs, checkpoints and metrics are kept under ``--work-dir``.
 """
