@@ -263,7 +263,7 @@ def test_window_tables_of_another_window_size_are_resized_bicubically(tmp_path):
 
 
 @pytest.mark.parametrize('kwargs, error, match', [
-    (dict(arch='large'), ValueError, r"arch='large' is not one of \['b', 'base', 's', 'small', 't', 'tiny'\]"),
+    (dict(arch='huge'), ValueError, r"arch='huge' is not one of \['b', 'base', 'l', 'large', 's', 'small', 't'"),
     (dict(arch=dict(TINY, num_heads=[1, 2, 2])), ValueError, r'one entry per stage .* lengths'),
     (dict(attn_cfgs=dict(type='window', window_size=0)), ValueError, 'window_size=0 must be >= 1'),
     (dict(attn_cfgs=dict(type='flatten', focusing_factor=0.5)), ValueError,

@@ -141,7 +141,7 @@ class LiSASwinTransformer(LiSABackbone):
     """Swin Transformer backbone whose attention is chosen per stage.
 
     Args:
-        arch: 't'/'tiny', 's'/'small', 'b'/'base', or a dict with ``embed_dims``
+        arch: 't'/'tiny', 's'/'small', 'b'/'base', 'l'/'large', or a dict with ``embed_dims``
             (int) and per-stage lists ``depths``, ``num_heads``.
         attn_cfgs: one ``dict(type=NAME, **kwargs)`` for all stages or one per
             stage, NAME a registered attention: 'window' (Swin's shifted-window
@@ -179,6 +179,7 @@ class LiSASwinTransformer(LiSABackbone):
         **dict.fromkeys(['t', 'tiny'], dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24])),
         **dict.fromkeys(['s', 'small'], dict(embed_dims=96, depths=[2, 2, 18, 2], num_heads=[3, 6, 12, 24])),
         **dict.fromkeys(['b', 'base'], dict(embed_dims=128, depths=[2, 2, 18, 2], num_heads=[4, 8, 16, 32])),
+        **dict.fromkeys(['l', 'large'], dict(embed_dims=192, depths=[2, 2, 18, 2], num_heads=[6, 12, 24, 48])),
     }
     arch_keys = ('embed_dims', 'depths', 'num_heads')
     stage_keys = ('depths', 'num_heads')
