@@ -11,7 +11,7 @@ max_iters = 600
 
 model = dict(
     type='ImageClassifier',
-    data_preprocessor=dict(type='ClsDataPreProcessor', num_classes=2, mean=[127.5] * 3, std=[64.0] * 3,
+    data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=2, mean=[127.5] * 3, std=[64.0] * 3,
                            to_rgb=True),
     backbone=dict(
         type='LiSAViT', arch=dict(embed_dims=64, num_layers=2, num_heads=2, feedforward_channels=128),
