@@ -360,27 +360,37 @@ def test_mini_imagenet_classes_are_the_folders_mmpretrain_reads_in_label_order(t
 
 
 # What the CPU variant may change: image sizes, schedule length, batch and loader processes,
-# the number of classes, the dataset (folder-per-class, classes from the folders) and its location.
-DEMO_MAY_CHANGE = ('data_root', 'img_size', 'max_epochs', 'sizes', 'train_pipeline', 'test_pipeline',
-                   'model.head.num_classes', 'data_preprocessor.num_classes', 'param_scheduler',
-                   'train_cfg.max_epochs', 'train_cfg.val_interval', 'default_hooks.logger.interval', 'randomness')
+# the number of classes, the dataset (folder-per-class, classes from the folders) and its location,
+# and, so that its 50 steps learn (the demo config's comment), the lr and the training augmentation.
+DEMO_MAY_CHANGE = ('data_root', 'img_size', 'max_epochs', 'sizes', 'flip', 'train_pipeline', 'test_pipeline',
+                   'model.head.num_classes', 'model.train_cfg', 'data_preprocessor.num_classes',
+                   'optim_wrapper.optimizer.lr', 'param_scheduler', 'train_cfg.max_epochs', 'train_cfg.val_interval',
+                   'default_hooks.logger.interval', 'randomness')
 DEMO_LOADER_MAY_CHANGE = ('batch_size', 'num_workers', 'persistent_workers', 'dataset.type', 'dataset.split',
                           'dataset.data_root', 'dataset.data_prefix', 'dataset.pipeline')
 
 
-def test_cpu_variant_changes_only_sizes_schedule_batch_classes_and_data():
+def test_cpu_variant_changes_only_sizes_schedule_batch_classes_data_lr_and_augmentation():
     cfg, base = load(DEMO), load(CLS / 'pvt-tiny_lisa_8xb128_in1k.py')
     for path in changed_paths(cfg, base):
         loader, _, rest = path.partition('.')
-        if loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        if loader in ('val_dataloader', 'test_dataloader'):
             assert rest.startswith(DEMO_LOADER_MAY_CHANGE), path
             if rest.startswith('dataset.pipeline'):
                 assert rest.rsplit('.', 1)[1] in ('scale', 'crop_size'), path
+        elif loader == 'train_dataloader':
+            assert rest.startswith(DEMO_LOADER_MAY_CHANGE), path
         else:
             assert path.startswith(DEMO_MAY_CHANGE), path
     assert cfg.model.backbone == base.model.backbone  # the same LiSA-PVT-T, built for 224 px
     assert [s.type for s in cfg.param_scheduler] == [s.type for s in base.param_scheduler]
-    assert cfg.model.train_cfg == base.model.train_cfg  # mixup / cutmix kept
+    assert base.model.train_cfg.augments and cfg.model.train_cfg is None  # no Mixup / CutMix
+    assert cfg.optim_wrapper.optimizer.lr == 2e-4 and base.optim_wrapper.optimizer.lr == 1e-3
+    assert {**cfg.optim_wrapper.optimizer, 'lr': None} == {**base.optim_wrapper.optimizer, 'lr': None}
+    # training: the test pipeline's load, resize and crop, then the recipe's flip, then packing
+    train, test = cfg.train_dataloader.dataset.pipeline, cfg.val_dataloader.dataset.pipeline
+    assert [t.type for t in train] == [*(t.type for t in test[:-1]), 'RandomFlip', 'PackInputs']
+    assert train[-2] == next(t for t in base.train_pipeline if t.type == 'RandomFlip')
     assert (cfg.val_evaluator.type, cfg.val_evaluator.topk) == ('Accuracy', (1, 5)) and len(IMAGENET_CLASSES) >= 5
 
 
