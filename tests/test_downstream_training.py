@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import torch
 
+from projects.lisa.analysis.baselines import segmentation_baseline
 from projects.lisa.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,7 +141,7 @@ def majority_metric(data_root: Path) -> dict[str, float]:
 def test_demo_baseline_is_mmseg_iou_metric_of_the_majority_class_prediction(workspace):
     root = workspace / 'data/synthetic/ade/ADEChallengeData2016'
     expected = majority_metric(root)
-    assert demo.majority_class_baseline(root) == pytest.approx({k: expected[k] for k in ('mIoU', 'mAcc')}, abs=0.01)
+    assert segmentation_baseline(root) == pytest.approx({k: expected[k] for k in ('mIoU', 'mAcc')}, abs=0.01)
 
 
 @pytest.mark.slow

@@ -60,7 +60,6 @@ STAGES = {
 CHANCE = {'classifier': baselines.classification_baseline,
           'Semantic FPN': lambda root: baselines.segmentation_baseline(root)['mIoU'],
           'Mask R-CNN': lambda root: baselines.detection_baseline(root)['box AP']}
-majority_class_baseline = baselines.segmentation_baseline  # the name tests/test_downstream_training.py uses
 
 
 def mim() -> str:
