@@ -408,6 +408,30 @@ def _checking_annotations(dataset, problems: list[Problem]) -> Iterator[None]:
             problems.extend(check.summary())
 
 
+class _EmptySplit(Exception):
+    """A dataset loaded no sample (mmengine's serialisation of 0 samples would crash)."""
+
+
+@contextmanager
+def _stopping_when_empty(dataset) -> Iterator[None]:
+    """While in the block, serialising ``dataset`` with no sample raises :class:`_EmptySplit`."""
+    serialize = getattr(dataset, '_serialize_data', None)
+    if serialize is None:
+        yield
+        return
+
+    def serialize_nonempty():
+        if len(dataset.data_list) == 0:
+            raise _EmptySplit
+        return serialize()
+
+    dataset._serialize_data = serialize_nonempty
+    try:
+        yield
+    finally:
+        del dataset._serialize_data  # an instance attribute: the class's method again, and picklable
+
+
 def _lazy(cfg: Mapping) -> dict:
     """A copy of a dataset config that builds without loading, wrappers included."""
     cfg = dict(copy.deepcopy(cfg))
@@ -439,11 +463,12 @@ def load_dataset(cfg: Mapping):
         with ExitStack() as stack:
             for leaf in leaves(dataset):
                 stack.enter_context(_checking_annotations(leaf, problems))
+                stack.enter_context(_stopping_when_empty(leaf))
             if hasattr(dataset, 'full_init'):
                 dataset.full_init()
+    except _EmptySplit as error:
+        raise DataProblems([*problems, empty_split(cfg)]) from error
     except Exception as error:
-        if any(getattr(leaf, 'data_list', None) == [] for leaf in leaves(dataset)):  # serialising 0 samples fails
-            raise DataProblems([*problems, empty_split(cfg)]) from error
         if any(p.error for p in problems):
             raise DataProblems(problems, f'{cfg.get("type")} failed to load ({type(error).__name__}: {error}):\n'
                                ) from error
