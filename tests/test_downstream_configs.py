@@ -291,17 +291,17 @@ def test_baseline_rows_differ_from_the_lisa_row_only_in_the_attention_and_the_we
 
 def test_backbone_dicts_live_in_one_base_fragment_per_backbone():
     # every config builds its backbone from configs/_base_/models/<family>.py: no other config
-    # names a LiSA backbone type, and only the ablations (one attention setting each) name the
-    # attention argument
+    # names a LiSA backbone type, and only the ablations and the long-range probe (one attention
+    # setting each) name the attention argument
     fragments = ROOT / 'configs' / '_base_' / 'models'
-    ablations = ROOT / 'configs' / 'classification' / 'ablations'
+    one_attention_each = (ROOT / 'configs' / 'classification' / 'ablations', ROOT / 'configs' / 'long_range')
     for path in (ROOT / 'configs').rglob('*.py'):
         if fragments in path.parents:
             continue
         text = path.read_text()
         backbones = ('LiSAPVT', 'LiSASwinTransformer', 'LiSAViT', 'LiSABiFormer')
         assert not any(f"type='{t}'" in text for t in backbones), path
-        assert 'attn_cfgs=' not in text or path.parent == ablations, path
+        assert 'attn_cfgs=' not in text or path.parent in one_attention_each, path
     for family, backbone in (('pvt', 'LiSAPVT'), ('swin', 'LiSASwinTransformer'), ('deit', 'LiSAViT'),
                              ('biformer', 'LiSABiFormer')):
         assert (fragments / f'{family}.py').read_text().count(f"type='{backbone}'") == 1
