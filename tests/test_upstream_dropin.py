@@ -20,6 +20,7 @@ import mmengine
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.registry import DefaultScope
 
 import projects.lisa  # noqa: F401  (registers the backbones)
 from projects.lisa.models.backbones import LiSAPVT, LiSASwinTransformer, LiSAViT
@@ -68,7 +69,8 @@ def check_dropin(package: str, backbone: dict) -> str:
         return f'refused: {e}'
     reference_args = {**args, 'pad_small_map': True} if key == ('mmpretrain', 'SwinTransformer') else args
     registry = importlib.import_module(f'{key[0]}.registry').MODELS
-    reference = registry.build(dict(type=key[1], **copy.deepcopy(reference_args)))
+    with DefaultScope.overwrite_default_scope(key[0]):  # build looks in the default scope's registry first
+        reference = registry.build(dict(type=key[1], **copy.deepcopy(reference_args)))
     reference.init_weights()
     reference.eval()
     x = torch.randn(1, args.get('in_channels', 3), *INPUT[cls])
