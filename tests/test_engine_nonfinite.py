@@ -138,7 +138,9 @@ def test_train_tool_with_a_diverging_learning_rate_stops_and_writes_no_nan_check
 
 
 @pytest.mark.slow
-def test_test_tool_fails_the_metric_of_a_nan_checkpoint_instead_of_printing_a_number(seg_workspace):
+def test_test_tool_refuses_a_nan_checkpoint_instead_of_printing_a_number(seg_workspace):
+    # the checkpoint's weights are checked as it loads (the NaN predictions' metric failure, the
+    # next line of defence, is test_metric_from_nonfinite_predictions_fails_naming_the_sample)
     work = seg_workspace / 'work_dirs' / 'nan'
     proc = run_tool([str(ROOT / 'tools/train.py'), str(SEG_DEMO), '--work-dir', str(work), '--cfg-options',
                      'train_cfg.max_iters=1', 'train_cfg.val_interval=100', 'train_dataloader.batch_size=2'],
@@ -152,7 +154,8 @@ def test_test_tool_fails_the_metric_of_a_nan_checkpoint_instead_of_printing_a_nu
     proc = run_tool([str(ROOT / 'tools/test.py'), str(SEG_DEMO), str(work / 'nan.pth'), '--work-dir',
                      str(work / 'test')], seg_workspace)
     assert proc.returncode != 0
-    assert 'the metric failed' in proc.stderr, proc.stderr[-3000:]
+    assert f'NonFiniteError: {work / "nan.pth"}:' in proc.stderr, proc.stderr[-3000:]
+    assert 'weights of the checkpoint are non-finite' in proc.stderr
     assert 'mIoU:' not in proc.stdout + proc.stderr
 
 
