@@ -294,15 +294,15 @@ def test_backbone_dicts_live_in_one_base_fragment_per_backbone():
     # names a LiSA backbone type, and only the ablations (one attention setting each) name the
     # attention argument. The long-range probe builds its own small ViT, not a paper backbone.
     fragments = ROOT / 'configs' / '_base_' / 'models'
+    ablations = ROOT / 'configs' / 'classification' / 'ablations'
     probe = ROOT / 'configs' / 'long_range'
-    one_attention_each = (ROOT / 'configs' / 'classification' / 'ablations', )
     for path in (ROOT / 'configs').rglob('*.py'):
         if fragments in path.parents or path.parent == probe:
             continue
         text = path.read_text()
         backbones = ('LiSAPVT', 'LiSASwinTransformer', 'LiSAViT', 'LiSABiFormer')
         assert not any(f"type='{t}'" in text for t in backbones), path
-        assert 'attn_cfgs=' not in text or path.parent in one_attention_each, path
+        assert 'attn_cfgs=' not in text or path.parent == ablations, path
     for family, backbone in (('pvt', 'LiSAPVT'), ('swin', 'LiSASwinTransformer'), ('deit', 'LiSAViT'),
                              ('biformer', 'LiSABiFormer')):
         assert (fragments / f'{family}.py').read_text().count(f"type='{backbone}'") == 1

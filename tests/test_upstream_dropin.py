@@ -134,8 +134,8 @@ def test_every_shipped_config_builds_the_upstream_model_with_only_the_type_swapp
     79 distinct backbone dicts, up to ViT-H; minutes): only it catches an argument, a preset or a
     combination that the six representative configs do not use (Swin-L, 5-stage Swin,
     mmpretrain's stage_cfgs windows, ViT presets, out types, refused CLIP / DINOv2 parts).
-    Measured: the process grew past 23.9 GB within 8 minutes on the 24 GiB CI machine (OOM-killed
-    there), so ``make test`` leaves it out and ``make test-upstream`` runs it."""
+    Measured: the process grew past 23.9 GB within 8 minutes on a 24 GiB machine like CI's (whose
+    worker it OOM-killed), so ``make test`` leaves it out and ``make test-upstream`` runs it."""
     found, outcomes, done = 0, {}, {}
     for package in CONFIGS:
         for path in shipped_configs(package):
