@@ -347,6 +347,19 @@ def test_pretrained_init_cfg_loads_the_backbones_own_state_dict_exactly(bb, tmp_
         assert torch.equal(model.state_dict()[name], value), name
 
 
+def test_a_layer_wide_init_cfg_keeps_the_attentions_own_initialisation():
+    """An mmengine init_cfg over every Linear (the long-range probe's Kaiming) overwrote LiSA's
+    step-MLP bias with 0: the walk then started from uniform step weights, not the geometric ones."""
+    model = LiSAViT(arch=dict(embed_dims=32, num_layers=1, num_heads=2, feedforward_channels=64),
+                    attn_cfgs=dict(type='lisa', num_steps=3, beta=0.5), pretrain_img_size=32, patch_size=8,
+                    init_cfg=[dict(type='Kaiming', layer='Linear', distribution='uniform')])
+    model.init_weights()
+    attn = model.layers[0].attn
+    weights = 0.5 ** torch.arange(3.0)  # beta_k = (1 - beta) beta^k / (1 - beta^T), Eq. 4
+    torch.testing.assert_close(attn.step_mlp[-1].bias.softmax(0), weights / weights.sum())
+    assert attn.qkv.weight.abs().max() > 0.1  # the Kaiming init did reach the other Linear layers
+
+
 @backbones(fast=('pvt',))
 def test_a_prefix_absent_from_the_checkpoint_is_an_error(bb, tmp_path):
     torch.save(bb.build().state_dict(), tmp_path / 'bare.pth')

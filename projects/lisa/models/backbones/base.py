@@ -240,8 +240,7 @@ def freeze(*parts: nn.Module | nn.Parameter | None) -> None:
 
 def init_transformer_weights(model: nn.Module, conv_fan_out: bool) -> None:
     """From-scratch init: trunc-normal(0.02) Linear, unit LayerNorm, with ``conv_fan_out``
-    He-normal (fan-out) convolutions as PVT does; then each attention's own
-    ``reset_parameters`` (LiSA's step MLP starts geometric, Swin's tables trunc-normal)."""
+    He-normal (fan-out) convolutions as PVT does; then :func:`reset_attentions`."""
     for m in model.modules():
         if isinstance(m, nn.Linear):
             trunc_normal_init(m, std=0.02, bias=0.0)
@@ -250,6 +249,12 @@ def init_transformer_weights(model: nn.Module, conv_fan_out: bool) -> None:
         elif conv_fan_out and isinstance(m, nn.Conv2d):
             fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels // m.groups
             normal_init(m, mean=0.0, std=math.sqrt(2.0 / fan_out))
+    reset_attentions(model)
+
+
+def reset_attentions(model: nn.Module) -> None:
+    """Each attention's own ``reset_parameters`` (LiSA's step MLP starts geometric, Swin's
+    tables trunc-normal), after a layer-wide init has overwritten them."""
     attentions = tuple(ATTENTIONS.values())
     for m in model.modules():
         if isinstance(m, attentions) and hasattr(m, 'reset_parameters'):
@@ -338,7 +343,8 @@ class LiSABackbone(BaseModule):
         if isinstance(self.init_cfg, Mapping) and self.init_cfg.get('type') == 'Pretrained':
             load_pretrained(self, **{k: v for k, v in self.init_cfg.items() if k != 'type'})
         elif self.init_cfg is not None:
-            super().init_weights()
+            super().init_weights()  # e.g. dict(type='Kaiming', layer='Linear'): every Linear, the step MLP's too
+            reset_attentions(self)
 
     def _adapt_loaded_state_dict(self, state_dict: dict, prefix: str, *args) -> None:
         """Pre-hook of every ``load_state_dict``: this backbone's keys (under ``prefix``)
