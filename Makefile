@@ -37,8 +37,8 @@ docs: install
 	$(PY) tools/demo.py
 	$(PY) tools/collect_results.py work_dirs/demo --found-only --markdown docs/results.md
 
-# The long-range probe (docs/long_range.md): the six main attentions x 3 seeds (measured: hours on a 2-core
-# CPU, see tools/long_range.py; `--setting full` is the GPU-sized sweep).
+# The long-range probe (docs/long_range.md): the six main attentions x 3 seeds x 2 difficulties, two runs
+# at a time (the sweep's wall time is in the document; `--setting full` is the GPU-sized sweep).
 .PHONY: long-range
 long-range: install
-	$(PY) tools/long_range.py --setting quick --threads 1
+	$(PY) tools/long_range.py --setting quick --threads 1 --jobs 2

@@ -202,10 +202,47 @@ def test_tool_markdown_from_stored_rows(tmp_path):
     assert (tmp_path / 'lr.md').read_text().startswith(tool.markdown(rows_of(acc)))
 
 
+def test_sweep_runs_every_attention_difficulty_and_seed_jobs_at_a_time(tmp_path, monkeypatch):
+    """The sweep's grid, its concurrency and the document's note, with the training replaced by a
+    recorder (the real run_one is the 2-iteration test below)."""
+    import threading
+    import time
+    live, peak, calls = [0], [0], []
+    lock = threading.Lock()
+
+    def fake_run(attention, difficulty, data_root, seed, work_dir, threads, max_iters):
+        with lock:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+            calls.append((attention, difficulty, seed))
+        time.sleep(0.05)
+        with lock:
+            live[0] -= 1
+        return rows_of({(attention, seed, int(difficulty[-1]), 0): 50})
+
+    monkeypatch.setattr(tool, 'run_one', fake_run)
+    monkeypatch.setitem(tool.SETTINGS, 'quick', {**tool.SETTINGS['quick'], 'num_train': 2, 'num_val': 1})
+    tool.main(['--attentions', 'softmax', 'lisa', '--seeds', '0', '1', '--jobs', '2', '--data-root',
+               str(tmp_path / 'data'), '--work-dir', str(tmp_path / 'wd'), '--markdown', str(tmp_path / 'lr.md')])
+    assert sorted(calls) == sorted((a, d, s) for a in ('softmax', 'lisa') for d in ('hops1', 'hops2') for s in (0, 1))
+    assert peak[0] == 2
+    assert len(json.loads((tmp_path / 'wd' / 'rows.json').read_text())) == 8
+    assert 'Sweep: 8 runs, 2 at a time, 1 thread(s) each' in (tmp_path / 'lr.md').read_text()
+    for split in ('train', 'val'):  # each difficulty's data: fixed hop count
+        for h in (1, 2):
+            probe = np.load(tmp_path / 'data' / f'lookup_hops{h}' / 'probe' / split / '000000.npy')
+            assert set(np.unique(probe[1])) == {0, h}
+
+
+def test_sweep_arguments_are_checked():
+    with pytest.raises(SystemExit):
+        tool.parse_args(['--jobs', '0'])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('task, config', [
-    ('lookup', 'configs/long_range/lookup_vit-2l_lisa_64px.py'),
-    ('pathfinder_cls', 'configs/long_range/pathfinder-cls_vit-2l_lisa_64px.py')])
+    ('lookup', 'configs/long_range/lookup_vit-1l_lisa_64px.py'),
+    ('pathfinder_cls', 'configs/long_range/pathfinder-cls_vit-1l_lisa_64px.py')])
 def test_two_iteration_train_through_tools_train(tmp_path, task, config):
     """Only an end-to-end run catches a config that mmseg / mmpretrain cannot build or feed
     (dataset formats, the registered metric reading the side-cars, the evaluator's output)."""
@@ -236,5 +273,5 @@ def test_visualize_walk_queries_the_farthest_shape_of_a_probe_image(tmp_path):
     shown = label != IGNORE
     assert shown[int(y), int(x)] and probe[0][int(y), int(x)] == probe[0][shown].max()
     out = tmp_path / 'walk.png'
-    main([str(ROOT / 'configs/long_range/lookup_vit-2l_lisa_64px.py'), '--probe', 'lookup', '--out', str(out)])
+    main([str(ROOT / 'configs/long_range/lookup_vit-1l_lisa_64px.py'), '--probe', 'lookup', '--out', str(out)])
     assert out.stat().st_size > 0

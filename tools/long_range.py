@@ -1,23 +1,24 @@
 """How far does an attention carry information? The long-range probe sweep.
 
     python tools/long_range.py [--setting quick|full] [--attentions NAME ...] [--seeds 0 1 2]
-        [--threads 1] [--work-dir work_dirs/long_range] [--markdown docs/long_range.md]
+        [--threads 1] [--jobs 2] [--work-dir work_dirs/long_range] [--markdown docs/long_range.md]
     python tools/long_range.py --from-rows work_dirs/long_range/rows.json --markdown docs/long_range.md
 
 Writes the lookup probe (``projects/lisa/synthetic/long_range.py``) of each difficulty under
-``data/long_range/``, trains ``configs/long_range/lookup_vit-2l_<attention>_64px.py`` for each
+``data/long_range/``, trains ``configs/long_range/lookup_vit-1l_<attention>_64px.py`` for each
 attention, difficulty and seed with ``tools/train.py`` (one process each, ``--threads``
-threads), and reads the validation's pixel accuracy per distance bin and hop count
+threads, ``--jobs`` at a time), and reads the validation's pixel accuracy per distance bin and hop count
 (:class:`~projects.lisa.synthetic.long_range_metric.LongRangeAccuracy`). The rows
 (``<work-dir>/rows.json``) give the markdown: accuracy per distance bin and per hop count,
 mean ± sample std over the seeds, the controls (softmax must solve the far bin, a local
 model must not) and the training cost per attention; the plot goes beside the markdown
 (``.png``).
 
-Settings: ``quick`` is the six main attentions at one difficulty with 3 seeds; ``full`` adds
-LiSA global-only and T in {1, 5, inf} and sweeps the hop count (sized for a GPU). Measured:
-a run needs the configs' 1500 iterations (at 300 softmax stays at chance), 0.2-0.5 s each on
-one CPU thread, so the quick setting takes 1.5-4 hours on a 2-core CPU, not 30 minutes.
+Settings: ``quick`` is the six main attentions x 3 seeds at two difficulties: 1 hop (the
+controls: global attention must solve the far bin, local attention must not) and 2 hops (where
+a walk of T >= 2 steps can follow the chain in one layer); ``full`` adds LiSA global-only and
+T in {1, 5, inf} and 3 and 4 hops (sized for a GPU). A run is the configs' 1000 iterations,
+one to two minutes on one CPU thread (docs/long_range.md states each sweep's wall time).
 """
 from __future__ import annotations
 
@@ -29,23 +30,25 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from projects.lisa.synthetic.long_range import write_probe
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONFIG = 'configs/long_range/lookup_vit-2l_{}_64px.py'
+CONFIG = 'configs/long_range/lookup_vit-1l_{}_64px.py'
 MAIN = ('softmax', 'window', 'flatten', 'linear', 'lisa-local', 'lisa')
 ALL = (*MAIN, 'lisa-global', 'lisa-t1', 'lisa-t5', 'lisa-tinf')
 LOCAL = ('window', 'lisa-local')
-"""Attentions whose receptive field after the 2 layers is small: LiSA local-only 4 tokens (16 px: 3x3
-attention and 5x5 depthwise conv per layer), window 7x7 (shifted in layer 2) at most 13 tokens (52 px)."""
+"""Attentions whose receptive field in the one layer is small: LiSA local-only 2 tokens (11 px: 3x3
+attention and 5x5 depthwise conv), window 7x7 at most 6 tokens per axis (34 px, inside its window)."""
 LABELS = {'softmax': 'softmax (global)', 'window': 'window 7x7 (Swin)', 'flatten': 'FLatten', 'linear': 'linear',
           'lisa-local': 'LiSA local-only', 'lisa': 'LiSA T=3', 'lisa-global': 'LiSA global-only T=3',
           'lisa-t1': 'LiSA T=1', 'lisa-t5': 'LiSA T=5', 'lisa-tinf': 'LiSA T=inf'}
 SETTINGS = {
-    'quick': dict(attentions=MAIN, difficulties={'hops1-2': dict(size=64, hops=(1, 2))}, num_train=2000, num_val=200),
+    'quick': dict(attentions=MAIN, num_train=2000, num_val=200, difficulties={
+        f'hops{h}': dict(size=64, hops=(h, h)) for h in (1, 2)}),
     'full': dict(attentions=ALL, num_train=8000, num_val=400, difficulties={
         f'hops{h}': dict(size=64, hops=(h, h)) for h in (1, 2, 3, 4)}),
 }
@@ -142,7 +145,8 @@ def markdown(rows: list[dict], note: str = '') -> str:
            'lookup (`projects/lisa/synthetic/long_range.py`) on the validation images, per distance to the cue '
            '(px; 4 px = one token) and per hop count (cue -> relay -> ... -> targets), mean ± sample std over '
            f'the seeds. Chance is {CHANCE:.0f} %. One recipe for all attentions '
-           '(`configs/long_range/`: 2-layer ViT, width 64, patch 4, 1x1 head); they differ in `attn_cfgs` only.', '']
+           '(`configs/long_range/`: 1-layer ViT, width 64, patch 4, 1x1 head, 1000 iterations); they differ in '
+           '`attn_cfgs` only.', '']
     if note:
         out += [note, '']
     attentions = [a for a in ALL if any(r['attention'] == a for r in rows)]
@@ -216,6 +220,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
     parser.add_argument('--max-iters', type=int, help="training iterations (default: the config's)")
     parser.add_argument('--threads', type=int, default=1, help='torch threads per training run')
+    parser.add_argument('--jobs', type=int, default=1, help='training runs at a time (one process each)')
     parser.add_argument('--data-root', type=Path, default=ROOT / 'data' / 'long_range')
     parser.add_argument('--work-dir', type=Path, default=ROOT / 'work_dirs' / 'long_range')
     parser.add_argument('--markdown', type=Path, default=ROOT / 'docs' / 'long_range.md')
@@ -228,8 +233,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.task != 'lookup' and not args.generate_only:
         parser.error(f'--task {args.task} needs --generate-only (the sweep runs the lookup probe)')
-    if args.threads < 1 or (args.max_iters is not None and args.max_iters < 1):
-        parser.error(f'--threads {args.threads} and --max-iters {args.max_iters} must be >= 1')
+    if min(args.threads, args.jobs) < 1 or (args.max_iters is not None and args.max_iters < 1):
+        parser.error(f'--threads {args.threads}, --jobs {args.jobs} and --max-iters {args.max_iters} must be >= 1')
     if args.from_rows is not None and not args.from_rows.is_file():
         parser.error(f'--from-rows {args.from_rows} does not exist')
     return args
@@ -262,17 +267,25 @@ def main(argv: list[str] | None = None) -> None:
         print('\n'.join(f'{name}: {root}' for name, root in roots.items()))
         return
     rows_path = args.work_dir / 'rows.json'
+    rows_path.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
-    for difficulty, root in roots.items():
-        for attention in args.attentions or setting['attentions']:
-            for seed in args.seeds:
-                new = run_one(attention, difficulty, root, seed, args.work_dir, args.threads, args.max_iters)
-                rows += new
-                rows_path.parent.mkdir(parents=True, exist_ok=True)
-                rows_path.write_text(json.dumps(rows))
-                print(f"{difficulty} {attention} seed {seed}: {new[0]['seconds']:.0f} s, pixel accuracy "
-                      f'{cell(accuracy(new, lambda r: True))} %', flush=True)
-    write_document(rows, args.markdown, args.note)
+    runs = [(attention, difficulty, root, seed) for difficulty, root in roots.items()
+            for attention in args.attentions or setting['attentions'] for seed in args.seeds]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(args.jobs) as pool:  # each run is its own tools/train.py process
+        futures = {pool.submit(run_one, a, d, root, seed, args.work_dir, args.threads, args.max_iters): (a, d, seed)
+                   for a, d, root, seed in runs}
+        for future in as_completed(futures):
+            attention, difficulty, seed = futures[future]
+            new = future.result()
+            rows += new
+            rows_path.write_text(json.dumps(rows))
+            print(f"{difficulty} {attention} seed {seed}: {new[0]['seconds']:.0f} s, pixel accuracy "
+                  f'{cell(accuracy(new, lambda r: True))} %', flush=True)
+    minutes = (time.perf_counter() - start) / 60
+    note = ' '.join(filter(None, [args.note, f'Sweep: {len(runs)} runs, {args.jobs} at a time, '
+                                  f'{args.threads} thread(s) each, {minutes:.0f} min wall.']))
+    write_document(rows, args.markdown, note)
 
 
 if __name__ == '__main__':

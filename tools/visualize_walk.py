@@ -19,8 +19,8 @@ Examples (the second on a long-range probe image with a trained probe model)::
 
     python tools/visualize_walk.py configs/classification/deit-tiny_lisa_8xb128_in1k.py \\
         --layer layers.11.attn --query 120 90 --out work_dirs/walk.png
-    python tools/visualize_walk.py configs/long_range/lookup_vit-2l_lisa_64px.py --probe lookup \\
-        --checkpoint work_dirs/long_range/hops1-2/lisa/seed0/iter_600.pth --layer layers.1.attn
+    python tools/visualize_walk.py configs/long_range/lookup_vit-1l_lisa_64px.py --probe lookup \\
+        --checkpoint work_dirs/long_range/hops2/lisa/seed0/iter_1000.pth
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 # Pathfinder classification (projects/lisa/synthetic/long_range.py, `pathfinder_cls`): are the two markers
-# on one contour? The lookup probe's 2-layer ViT (width 64, patch 4, no class token), its tokens averaged
+# on one contour? The lookup probe's 1-layer ViT and init (width 64, patch 4, no class token), its tokens averaged
 # into a linear classifier (mmpretrain), with the lookup probe's schedule.
 # Data: `tools/long_range.py --task pathfinder_cls --generate-only`.
 custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
@@ -14,9 +14,11 @@ model = dict(
     data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=2, mean=[127.5] * 3, std=[64.0] * 3,
                            to_rgb=True),
     backbone=dict(
-        type='LiSAViT', arch=dict(embed_dims=64, num_layers=2, num_heads=2, feedforward_channels=128),
+        type='LiSAViT', arch=dict(embed_dims=64, num_layers=1, num_heads=2, feedforward_channels=128),
         attn_cfgs=dict(type='lisa'), patch_size=4, pretrain_img_size=img_size, with_cls_token=False,
-        out_type='avg_featmap', drop_path_rate=0.0),
+        out_type='avg_featmap', drop_path_rate=0.0,
+        init_cfg=[dict(type='Kaiming', layer='Linear', a=5 ** 0.5, mode='fan_in', nonlinearity='leaky_relu',
+                       distribution='uniform')]),
     neck=None,
     head=dict(type='LinearClsHead', num_classes=2, in_channels=64,
               loss=dict(type='CrossEntropyLoss', loss_weight=1.0)))

@@ -1,3 +1,0 @@
-# The long-range lookup probe of ./lookup_vit-2l_softmax_64px.py with lisa-t1 attention in both layers.
-_base_ = './lookup_vit-2l_softmax_64px.py'
-model = dict(backbone=dict(attn_cfgs=dict(type='lisa', num_steps=1)))
