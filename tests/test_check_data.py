@@ -182,3 +182,13 @@ def test_a_16_bit_image_that_decodes_to_black_is_an_error(ade20k):
     problems = check_config_data(with_data_root(SEG_DEMO, ade20k), ('train_dataloader', ), workers=1)
     [problem] = problems['train_dataloader']
     assert problem.file == str(image) and problem.error and 'decodes to the constant 0' in problem.problem
+
+
+def test_ade20k_dataset_with_custom_classes_names_base_seg_dataset_as_the_fix(ade20k):
+    """Issue 25 item 6: ADE20KDataset(metainfo=dict(classes=...)) ended in mmseg's 'not a subset' traceback."""
+    cfg = with_data_root(SEG_DEMO, ade20k)
+    cfg.train_dataloader.dataset.metainfo = dict(classes=('background', 'object'))
+    [problem] = check_config_data(cfg, ('train_dataloader', ), workers=1)['train_dataloader']
+    assert problem.error and 'ADE20KDataset' in problem.problem and "('background', 'object')" in problem.problem
+    assert "type='BaseSegDataset'" in problem.valid and "img_suffix='.jpg'" in problem.valid
+    assert 'reduce_zero_label=True' in problem.valid

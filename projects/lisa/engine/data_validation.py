@@ -432,13 +432,47 @@ def _stopping_when_empty(dataset) -> Iterator[None]:
         del dataset._serialize_data  # an instance attribute: the class's method again, and picklable
 
 
-def _lazy(cfg: Mapping) -> dict:
-    """A copy of a dataset config that builds without loading, wrappers included."""
-    cfg = dict(copy.deepcopy(cfg))
+def _registered(cfg: Mapping):
+    """The class a dataset config builds (None if unknown)."""
     cls = cfg.get('type')
     if isinstance(cls, str):
         with DATASETS.switch_scope_and_registry(None) as registry:  # the default scope's registry, as build does
             cls = registry.get(cls)
+    return cls
+
+
+def dataset_class_problems(cfg: Mapping) -> list[Problem]:
+    """Dataset configs whose class refuses their ``metainfo`` classes, with the class that takes them.
+
+    An mmseg dataset of a fixed label set (e.g. ``ADE20KDataset``) takes only a subset of its own classes
+    (mmseg raises ``... is not a subset of classes ... in METAINFO``); ``BaseSegDataset`` takes any, given
+    the file suffixes and ``reduce_zero_label`` that the fixed class sets itself.
+    """
+    problems = []
+    for leaf in _leaf_cfgs(cfg):
+        cls, classes = _registered(leaf), (leaf.get('metainfo') or {}).get('classes')  # the lookup imports mmseg's
+        base = getattr(sys.modules.get('mmseg.datasets.basesegdataset'), 'BaseSegDataset', None)
+        if base is None or classes is None or not isinstance(cls, type) or not issubclass(cls, base) or cls is base:
+            continue
+        own = cls.METAINFO.get('classes', ())
+        if set(classes) <= set(own):
+            continue
+        defaults = {name: leaf.get(name, parameter.default)
+                    for name, parameter in inspect.signature(cls.__init__).parameters.items()
+                    if name in ('img_suffix', 'seg_map_suffix', 'reduce_zero_label')}
+        arguments = ', '.join(f'{k}={v!r}' for k, v in defaults.items())
+        problems.append(Problem(
+            f'{cls.__name__} {leaf.get("data_root")!r}',
+            f'{cls.__name__} takes only its own {len(own)} classes (or a subset), but metainfo classes is '
+            f'{tuple(classes)!r}', f"type='BaseSegDataset', {arguments}, with the same data_root, data_prefix, "
+            'metainfo and pipeline (it takes any classes)'))
+    return problems
+
+
+def _lazy(cfg: Mapping) -> dict:
+    """A copy of a dataset config that builds without loading, wrappers included."""
+    cfg = dict(copy.deepcopy(cfg))
+    cls = _registered(cfg)
     # A subclass may pass it on through **kwargs (mmdet's BaseDetDataset): ask each class of the MRO.
     if cls is not None and any('lazy_init' in inspect.signature(c.__init__).parameters
                                for c in inspect.getmro(cls) if '__init__' in vars(c)):
@@ -454,11 +488,14 @@ def load_dataset(cfg: Mapping):
     """Build and load the dataset of ``cfg``, checking COCO annotations as they are parsed.
 
     Returns the dataset and its load-time problems. Raises
-    :class:`DataProblems` if loading failed where problems had been found
-    (they are the cause, e.g. no usable annotation left).
+    :class:`DataProblems` if its class refuses its classes
+    (:func:`dataset_class_problems`) or loading failed where problems had
+    been found (they are the cause, e.g. no usable annotation left).
     """
+    problems = dataset_class_problems(cfg)
+    if problems:
+        raise DataProblems(problems, f'{cfg.get("type")} cannot be built:\n')
     dataset = DATASETS.build(_lazy(cfg))
-    problems: list[Problem] = []
     try:
         with ExitStack() as stack:
             for leaf in leaves(dataset):
