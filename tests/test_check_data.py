@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cv2
 import mmcv
 import numpy as np
 import pytest
@@ -192,3 +193,52 @@ def test_ade20k_dataset_with_custom_classes_names_base_seg_dataset_as_the_fix(ad
     assert problem.error and 'ADE20KDataset' in problem.problem and "('background', 'object')" in problem.problem
     assert "type='BaseSegDataset'" in problem.valid and "img_suffix='.jpg'" in problem.valid
     assert 'reduce_zero_label=True' in problem.valid
+
+
+def _replace_sample(ade20k: Path, index: int, image: np.ndarray, label: np.ndarray) -> tuple[Path, Path]:
+    """Training sample ``index`` rewritten as ``image`` (RGB) and ``label``; returns their paths."""
+    paths = (sorted((ade20k / 'images' / 'training').iterdir())[index],
+             sorted((ade20k / 'annotations' / 'training').iterdir())[index])
+    Image.fromarray(image).save(paths[0], format='PNG')  # lossless, whatever the suffix
+    Image.fromarray(label).save(paths[1])
+    return paths
+
+
+def test_images_smaller_than_the_pipeline_allows_are_errors(ade20k):
+    """Issue 25 item 6: 1-px sides and images that the smallest RandomResize scale rescales to 0 px passed
+    the check and crashed training. The references are mmseg's own transforms on the same files."""
+    from mmengine.dataset import Compose
+    cfg = with_data_root(SEG_DEMO, ade20k)
+    rng = np.random.default_rng(0)
+    thin = _replace_sample(ade20k, 1, rng.integers(0, 255, (1, 50, 3), np.uint8), np.full((1, 50), 3, np.uint8))
+    # RandomResize(scale=(384, 96), ratio_range=(0.5, 2.0)) draws (192, 48) at least: a 2x1000 image rescales by
+    # min(192 / 1000, 48 / 2) to height int(2 * 0.192 + 0.5) = 0, a 2x400 image to int(0.96 + 0.5) = 1.
+    flat = _replace_sample(ade20k, 2, rng.integers(0, 255, (2, 1000, 3), np.uint8), np.full((2, 1000), 3, np.uint8))
+    kept = _replace_sample(ade20k, 3, rng.integers(0, 255, (2, 400, 3), np.uint8), np.full((2, 400), 3, np.uint8))
+    pipeline = [dict(t, ratio_range=(0.5, 0.5)) if t['type'] == 'RandomResize' else t
+                for t in cfg.train_dataloader.dataset.pipeline]  # the smallest scale the pipeline draws
+    loads = Compose(pipeline)
+    for (image, label), crashes in ((thin, True), (flat, True), (kept, False)):
+        sample = dict(img_path=str(image), seg_map_path=str(label), reduce_zero_label=True, seg_fields=[])
+        if crashes:
+            with pytest.raises((ValueError, cv2.error)):  # LoadAnnotations' squeeze, OpenCV's resize to 0 px
+                loads(sample)
+        else:
+            loads(sample)
+    problems = (check_config_data(cfg, ('train_dataloader', ), workers=1)['train_dataloader'])
+    by_file = {p.file: p for p in problems}
+    assert sorted(by_file) == sorted([str(thin[1]), str(flat[0])]) and all(p.error for p in problems)
+    assert 'is 1x50 (HxW)' in by_file[str(thin[1])].problem and 'squeeze' in by_file[str(thin[1])].problem
+    assert 'is 2x1000 (HxW)' in by_file[str(flat[0])].problem and '(192, 48)' in by_file[str(flat[0])].problem
+
+
+def test_a_constant_8_bit_image_is_an_error_with_its_value(ade20k):
+    """Issue 25 item 6: an image of one colour (a broken export) passed. Reference: mmcv.imread decodes it to
+    one BGR value."""
+    image = sorted((ade20k / 'images' / 'training').iterdir())[0]
+    Image.fromarray(np.full((*image_size(str(image)), 3), (10, 20, 30), np.uint8)).save(image, format='PNG')
+    decoded = mmcv.imread(str(image))
+    assert (decoded == decoded[0, 0]).all() and decoded[0, 0].tolist() == [30, 20, 10]
+    [problem] = (check_config_data(with_data_root(SEG_DEMO, ade20k), ('train_dataloader', ), workers=1)[
+        'train_dataloader'])
+    assert problem.file == str(image) and problem.error and 'constant colour (10, 20, 30)' in problem.problem

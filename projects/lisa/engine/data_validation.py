@@ -111,36 +111,103 @@ def image_size(path: str) -> tuple[int, int]:
     return height, width
 
 
-def image_problems(path: str) -> list[Problem]:
-    """What the 8-bit colour loading of ``LoadImageFromFile`` (``mmcv.imread``) makes of a 16-bit image.
+Rescale = tuple[str, tuple[int, int]]
+"""An aspect-keeping resize of a pipeline and the smallest target ``scale`` it draws."""
 
-    OpenCV converts 16-bit pixels to 8 bits as ``round(value / 256)``: an image whose
-    values stay below 128 decodes to all zeros, any 16-bit image loses its low 8 bits. The
-    decoded image is read (16-bit images only) to say which.
+
+def smallest_rescales(pipeline) -> tuple[Rescale, ...]:
+    """The aspect-keeping resizes of a built pipeline, each with the smallest ``scale`` it may draw.
+
+    ``Resize(keep_ratio=True)`` and PVT's ``AlignResize`` use their ``scale``; ``RandomResize`` draws
+    ``(int(s0 * r), int(s1 * r))`` for ``r`` in ``ratio_range`` (smallest at ``r = min(ratio_range)``) or
+    each edge between two scales (smallest: the minimum of each). mmcv's ``rescale_size`` grows with the
+    scale, so the smallest scale gives the smallest image.
     """
+    from mmcv.transforms import RandomResize, Resize
+    from mmengine.utils import is_seq_of
+    found = []
+    for transform in getattr(pipeline, 'transforms', []):
+        scale = getattr(transform, 'scale', None)
+        if isinstance(transform, RandomResize):
+            if not getattr(transform.resize, 'keep_ratio', False):
+                continue
+            if is_seq_of(scale, int) and transform.ratio_range is not None:
+                low = min(transform.ratio_range)
+                scale = (int(scale[0] * low), int(scale[1] * low))
+            elif is_seq_of(scale, Sequence):
+                scale = (min(s[0] for s in scale), min(s[1] for s in scale))
+        elif not ((isinstance(transform, Resize) and transform.keep_ratio)
+                  or _instance(transform, 'projects.lisa.datasets.transforms', 'AlignResize')):
+            continue
+        if is_seq_of(scale, int) and len(scale) == 2:  # else a scale_factor or a form mmcv itself refuses
+            found.append((type(transform).__name__, (int(scale[0]), int(scale[1]))))
+    return tuple(found)
+
+
+def rescale_problems(path: str, size: tuple[int, int], rescales: Sequence[Rescale]) -> list[Problem]:
+    """An image that an aspect-keeping resize of the pipeline shrinks to a side of 0 px (OpenCV fails).
+
+    mmcv rescales an ``h x w`` image to ``scale`` by ``f = min(max(scale) / max(h, w), min(scale) / min(h, w))``
+    and rounds each side as ``int(side * f + 0.5)``: the short side reaches 0 when
+    ``max(h, w) / min(h, w) > 2 max(scale)``.
+    """
+    from mmcv.image import rescale_size
+    height, width = size
+    for name, scale in rescales:
+        new_w, new_h = rescale_size((width, height), scale)
+        if min(new_w, new_h) < 1:
+            return [Problem(path, f'is {height}x{width} (HxW), which {name} rescales at its smallest scale {scale} '
+                                  f'to {new_h}x{new_w}: OpenCV cannot resize to 0 px and training stops there',
+                            f'an aspect ratio (long / short side) of at most 2 x {max(scale)} = {2 * max(scale)} '
+                            'for this pipeline: crop or pad the image (and its labels), or remove the sample')]
+    return []
+
+
+def image_problems(path: str, rescales: Sequence[Rescale] = ()) -> list[Problem]:
+    """What the pipeline makes of an image: too small for its resizes, constant, or 16-bit.
+
+    The image is decoded as ``LoadImageFromFile`` does (``mmcv.imread``, 8-bit colour). A constant image
+    carries no signal (usually a broken export). OpenCV converts 16-bit pixels to 8 bits as
+    ``round(value / 256)``: an image whose values stay below 128 decodes to all zeros, any 16-bit image
+    loses its low 8 bits.
+    """
+    import mmcv
     with Image.open(path) as image:
         mode = image.mode
-    if not (mode.startswith('I;16') or mode == 'I'):
-        return []
-    import mmcv
+    problems = rescale_problems(path, image_size(path), rescales)
     decoded = mmcv.imread(path, 'color')
+    constant = bool((decoded == decoded[0, 0]).all())
+    if not (mode.startswith('I;16') or mode == 'I'):
+        if constant:
+            problems.append(Problem(path, f'decodes to the constant colour {tuple(decoded[0, 0, ::-1].tolist())} '
+                                          '(RGB) in every pixel: it carries no signal',
+                                    'an image with content (a constant one is usually a broken export: export it '
+                                    'again or remove the sample)'))
+        return problems
     lo, hi = int(decoded.min()), int(decoded.max())
     if lo == hi:
-        return [Problem(path, f'is a 16-bit image (PNG mode {mode!r}) that the 8-bit colour loader decodes to the '
-                              f'constant {lo} (round(value / 256))',
-                        "an 8-bit image, a 16-bit one that spans the 16-bit range, or color_type='unchanged' in "
-                        'LoadImageFromFile with a normalisation for its range')]
-    return [Problem(path, f'is a 16-bit image (PNG mode {mode!r}), decoded at 8 bits ({lo}..{hi})',
-                    'an 8-bit image (the loader drops the low 8 bits)', error=False)]
+        return problems + [Problem(
+            path, f'is a 16-bit image (PNG mode {mode!r}) that the 8-bit colour loader decodes to the constant {lo} '
+                  '(round(value / 256))',
+            "an 8-bit image, a 16-bit one that spans the 16-bit range, or color_type='unchanged' in "
+            'LoadImageFromFile with a normalisation for its range')]
+    return problems + [Problem(path, f'is a 16-bit image (PNG mode {mode!r}), decoded at 8 bits ({lo}..{hi})',
+                               'an 8-bit image (the loader drops the low 8 bits)', error=False)]
 
 
 @dataclass(frozen=True)
 class ImageCheck:
     """The check of a sample's image alone (detection and classification datasets)."""
 
+    rescales: tuple[Rescale, ...] = ()
+
+    @classmethod
+    def of(cls, dataset) -> ImageCheck:
+        return cls(smallest_rescales(dataset.pipeline))
+
     def __call__(self, info: Mapping) -> list[Problem]:
         try:
-            return image_problems(info['img_path'])
+            return image_problems(info['img_path'], self.rescales)
         except (OSError, ValueError) as error:
             return [Problem(info['img_path'], f'cannot be read as an image ({type(error).__name__}: {error})',
                             'a JPEG or PNG image')]
@@ -155,18 +222,23 @@ class LabelMapCheck:
     maps the stored value ``v`` to ``255`` for ``v in {0, 255}`` and to
     ``v - 1`` otherwise. A mapped value must be a class (``< num_classes``)
     or ``ignore_index``, else the loss fails in training and the metric is
-    ``nan`` in validation.
+    ``nan`` in validation. ``LoadAnnotations`` squeezes the map
+    (``squeeze()``), so a side of 1 px is dropped and the transforms after it
+    fail: both sides must be at least 2 px. Its image is checked by
+    :func:`image_problems` against the pipeline's resizes (``rescales``).
     """
 
     num_classes: int
     reduce_zero_label: bool
     ignore_index: int = 255
+    rescales: tuple[Rescale, ...] = ()
 
     @classmethod
     def of(cls, dataset) -> LabelMapCheck:
         # With custom classes, mmseg maps the stored ids of the original classes through label_map.
         classes = (dataset.label_map and type(dataset).METAINFO.get('classes')) or dataset.metainfo['classes']
-        return cls(len(classes), bool(dataset.reduce_zero_label), int(dataset.ignore_index))
+        return cls(len(classes), bool(dataset.reduce_zero_label), int(dataset.ignore_index),
+                   smallest_rescales(dataset.pipeline))
 
     def is_valid(self, values: np.ndarray) -> np.ndarray:
         """Whether each stored label value is a class or ignored (element-wise)."""
@@ -203,6 +275,11 @@ class LabelMapCheck:
                                   'not one class id per pixel',
                             "a single-channel label map of class ids (PNG mode 'L' or 'P')")]
         problems = []
+        if min(array.shape) < 2:
+            problems.append(Problem(path, f'is {array.shape[0]}x{array.shape[1]} (HxW): mmseg\'s LoadAnnotations '
+                                          'drops its 1-px side (squeeze()) and the transforms after it fail',
+                                    'label maps and images with both sides of at least 2 px: pad the sample or '
+                                    'remove it'))
         if array.dtype in (np.uint8, np.uint16):  # a histogram is faster than sorting
             counts = np.bincount(array.ravel())
             values = np.flatnonzero(counts)
@@ -225,7 +302,7 @@ class LabelMapCheck:
                 problems.append(Problem(path, f'is {array.shape[0]}x{array.shape[1]} (HxW) but its image '
                                               f'{info["img_path"]} is {size[0]}x{size[1]}',
                                         'a label map of the same size as its image'))
-            problems += image_problems(info['img_path'])
+            problems += image_problems(info['img_path'], self.rescales)
         return problems
 
 
@@ -376,7 +453,7 @@ def sample_check(dataset) -> LabelMapCheck | ImageCheck | None:
     if _instance(dataset, 'mmseg.datasets.basesegdataset', 'BaseSegDataset'):
         return LabelMapCheck.of(dataset)
     if _instance(dataset, 'mmdet.datasets.coco', 'CocoDataset'):
-        return ImageCheck()
+        return ImageCheck.of(dataset)
     return None
 
 
