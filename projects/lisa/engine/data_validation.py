@@ -10,13 +10,18 @@ image left without its objects trains as background; a file with no usable
 annotation fails with ``need at least one array to concatenate``) and a
 missing ``segmentation`` surfaces as ``KeyError: 'mask'``.
 
-Two kinds of checks, stated by the rules each loader applies:
+The checks, stated by the rules each loader applies:
 
+- :func:`dataset_class_problems`: a dataset class that refuses the config's
+  ``metainfo`` classes (mmseg's ``ADE20KDataset``), before it is built;
 - :class:`CocoAnnotationCheck`: each raw annotation of a COCO file, while
   the dataset parses the file (:func:`load_dataset`), i.e. at load time;
-- :class:`LabelMapCheck`: each label map of an mmseg dataset, a sample's
-  files read on their own (:func:`check_samples` runs it over a whole split
-  in parallel; ``engine.data_check.Runner`` the first time a sample is read).
+- :class:`LabelMapCheck` / :class:`ImageCheck`: each label map of an mmseg
+  dataset and each image, a sample's files read on their own, against the
+  pipeline's resizes (:func:`smallest_rescales`); :func:`check_samples`
+  runs them over a whole split in parallel and then lists the classes no
+  sample holds (:func:`absent_classes`); ``engine.data_check.Runner`` runs
+  them the first time a sample is read.
 
 A :class:`Problem` that the library would crash on or learn wrongly from is
 an error; one the library drops by design (e.g. the two zero-height boxes of
@@ -28,7 +33,7 @@ import copy
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -44,6 +49,8 @@ TRANSPOSED_ORIENTATIONS = (5, 6, 7, 8)
 """EXIF orientations that swap width and height; OpenCV (mmcv's default image decoder) applies them."""
 LISTED = 20
 """Problems quoted in an error message; ``tools/check_data.py`` lists all."""
+CLASSES = 'metainfo classes'
+"""The ``where`` of a split's problem with its classes (:func:`absent_classes`)."""
 
 
 class DataError(RuntimeError):
@@ -79,7 +86,8 @@ class Problem:
 def report(problems: Sequence[Problem], limit: int | None = None) -> str:
     """The problems as text, errors first; at most ``limit`` of each kind quoted."""
     lines = []
-    for error, title, comment in ((True, 'error', ''), (False, 'note', ' (items the library drops; not fatal)')):
+    notes = ' (not fatal: items the library drops, classes a split lacks)'
+    for error, title, comment in ((True, 'error', ''), (False, 'note', notes)):
         group = [p for p in problems if p.error == error]
         if not group:
             continue
@@ -205,6 +213,10 @@ class ImageCheck:
     def of(cls, dataset) -> ImageCheck:
         return cls(smallest_rescales(dataset.pipeline))
 
+    def inspect(self, info: Mapping) -> tuple[list[Problem], frozenset[int]]:
+        """The problems of one sample, and the classes its files hold (none: they are in the annotations)."""
+        return self(info), frozenset()
+
     def __call__(self, info: Mapping) -> list[Problem]:
         try:
             return image_problems(info['img_path'], self.rescales)
@@ -240,12 +252,17 @@ class LabelMapCheck:
         return cls(len(classes), bool(dataset.reduce_zero_label), int(dataset.ignore_index),
                    smallest_rescales(dataset.pipeline))
 
+    def mapped(self, values: np.ndarray) -> np.ndarray:
+        """The targets mmseg loads for stored label values (``reduce_zero_label`` applied)."""
+        values = values.astype(np.int64)
+        if self.reduce_zero_label:
+            return np.where((values == 0) | (values == 255), 255, values - 1)
+        return values
+
     def is_valid(self, values: np.ndarray) -> np.ndarray:
         """Whether each stored label value is a class or ignored (element-wise)."""
         values = values.astype(np.int64)
-        mapped = values
-        if self.reduce_zero_label:
-            mapped = np.where((values == 0) | (values == 255), 255, values - 1)
+        mapped = self.mapped(values)
         return (values >= 0) & (values <= 255) & ((mapped < self.num_classes) | (mapped == self.ignore_index))
 
     @property
@@ -261,19 +278,23 @@ class LabelMapCheck:
 
     def __call__(self, info: Mapping) -> list[Problem]:
         """The problems of one sample, ``info`` holding its ``img_path`` and ``seg_map_path``."""
+        return self.inspect(info)[0]
+
+    def inspect(self, info: Mapping) -> tuple[list[Problem], frozenset[int]]:
+        """The problems of one sample, and the classes (``< num_classes``) its label map holds once loaded."""
         path = info['seg_map_path']
         try:
             with Image.open(path) as label:
                 mode, array = label.mode, np.asarray(label)
         except (OSError, ValueError) as error:
             return [Problem(path, f'cannot be read as an image ({type(error).__name__}: {error})',
-                            'a PNG label map')]
+                            'a PNG label map')], frozenset()
         if array.ndim == 3 and array.shape[2] == 1:
             array = array[..., 0]
         if array.ndim != 2:
             return [Problem(path, f'has {array.shape[2]} channels (PNG mode {mode!r}, shape {array.shape}), '
                                   'not one class id per pixel',
-                            "a single-channel label map of class ids (PNG mode 'L' or 'P')")]
+                            "a single-channel label map of class ids (PNG mode 'L' or 'P')")], frozenset()
         problems = []
         if min(array.shape) < 2:
             problems.append(Problem(path, f'is {array.shape[0]}x{array.shape[1]} (HxW): mmseg\'s LoadAnnotations '
@@ -303,7 +324,8 @@ class LabelMapCheck:
                                               f'{info["img_path"]} is {size[0]}x{size[1]}',
                                         'a label map of the same size as its image'))
             problems += image_problems(info['img_path'], self.rescales)
-        return problems
+        mapped = self.mapped(values[self.is_valid(values)])
+        return problems, frozenset(mapped[mapped < self.num_classes].tolist())
 
 
 def _is_number(value: object) -> bool:
@@ -590,12 +612,54 @@ def load_dataset(cfg: Mapping):
     return dataset, problems
 
 
-def _check_infos(check: Callable[[Mapping], list[Problem]], infos: list[Mapping]) -> list[Problem]:
-    return [p for info in infos for p in check(info)]
+def _check_infos(check: LabelMapCheck | ImageCheck, infos: list[Mapping]) -> tuple[list[Problem], set[int]]:
+    """The problems of the samples ``infos``, and the classes their files and instances hold."""
+    problems, classes = [], set()
+    for info in infos:
+        found, held = check.inspect(info)
+        problems += found
+        classes |= held
+        classes |= {i['bbox_label'] for i in info.get('instances', ()) if not i.get('ignore_flag', 0)}
+    return problems, classes
+
+
+def absent_classes(dataset, present: set[int]) -> list[Problem]:
+    """The classes of ``dataset.metainfo['classes']`` that no sample holds (``present``: the loaded class ids).
+
+    A split may lack a rare class (a note); one holding fewer than two of its classes (only the ignore
+    index, or all classes but one) cannot teach a model to tell them apart (an error). Under
+    ``reduce_zero_label`` a missing last class is the sign of maps that store class ``i`` as ``i``.
+    """
+    classes = dataset.metainfo['classes']
+    label_map = getattr(dataset, 'label_map', None)
+    if label_map:  # custom classes: the original ids the check counted, as mmseg maps them
+        present = {label_map.get(c, c) for c in present}
+    absent = [i for i in range(len(classes)) if i not in present]
+    if not absent:
+        return []
+    if hasattr(dataset, 'reduce_zero_label'):
+        where = 'label maps'
+        advice = ("label maps that hold every class: check that metainfo['classes'] lists their classes in the "
+                  'order of their stored values')
+        if dataset.reduce_zero_label and len(classes) - 1 in absent:  # maps storing 0..K-1 load as ignored, 0..K-2
+            advice += (f'; reduce_zero_label=True ignores a stored 0 and loads a stored v as class v - 1, so class '
+                       f'{len(classes) - 1} needs the stored value {len(classes)}: if the maps store class i as i '
+                       '(0 a class, e.g. background), set reduce_zero_label=False')
+    else:
+        where = 'instances'
+        advice = ("instances of every class: check that metainfo['classes'] names the annotation file's "
+                  'categories (they are matched by name)')
+    listed = ', '.join(f'class {i} {classes[i]!r}' for i in absent[:10])
+    more = f' and {len(absent) - 10} more' if len(absent) > 10 else ''
+    error = len(classes) - len(absent) < min(2, len(classes))
+    return [Problem(f'{type(dataset).__name__} {getattr(dataset, "data_root", "")!r}',
+                    f'{len(absent)} of its {len(classes)} classes never occur in the split\'s {where}: '
+                    f'{listed}{more}', advice + ('' if error else ' (a split may lack a rare class)'), CLASSES, error)]
 
 
 def check_samples(dataset, workers: int = 0, chunk: int = 64) -> list[Problem]:
-    """The problems of every sample's files, checked in ``workers`` processes (0: one per CPU, 1: here)."""
+    """The problems of every sample's files, checked in ``workers`` processes (0: one per CPU, 1: here),
+    and the classes no sample of a leaf dataset holds (:func:`absent_classes`)."""
     problems = []
     for leaf in leaves(dataset):
         check = sample_check(leaf)
@@ -605,11 +669,13 @@ def check_samples(dataset, workers: int = 0, chunk: int = 64) -> list[Problem]:
         chunks = [infos[i:i + chunk] for i in range(0, len(infos), chunk)]
         workers = workers or os.cpu_count() or 1
         if workers == 1 or len(chunks) <= 1:  # an empty split has no chunk (reported by check_config_data)
-            found = map(partial(_check_infos, check), chunks)
-            problems += [p for part in found for p in part]
+            parts = list(map(partial(_check_infos, check), chunks))
         else:
             with Pool(min(workers, len(chunks))) as pool:
-                problems += [p for part in pool.imap(partial(_check_infos, check), chunks) for p in part]
+                parts = list(pool.imap(partial(_check_infos, check), chunks))
+        problems += [p for found, _ in parts for p in found]
+        if infos:
+            problems += absent_classes(leaf, set().union(*(classes for _, classes in parts)))
     return problems
 
 
