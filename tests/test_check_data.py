@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cv2
 import mmcv
 import numpy as np
 import pytest
@@ -17,11 +18,24 @@ from mmengine.registry import init_default_scope
 from PIL import Image
 from test_downstream_data_errors import COCO_DEFECTS, DET_DEMO, SEG_DEMO, damage_label, edit_annotations, with_data_root
 
-from projects.lisa.engine.data_validation import LabelMapCheck, check_config_data, check_samples, image_size, ranges
+from projects.lisa.engine.data_validation import (
+    CLASSES,
+    LabelMapCheck,
+    Problem,
+    check_config_data,
+    check_samples,
+    image_size,
+    ranges,
+)
 from projects.lisa.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, 'PYTHONPATH': str(ROOT), 'OMP_NUM_THREADS': '1'}
+
+
+def samples(problems: list[Problem]) -> list[Problem]:
+    """The problems of samples and annotations, without the note on the classes the tiny splits lack."""
+    return [p for p in problems if p.where != CLASSES]
 
 
 @pytest.fixture
@@ -72,8 +86,8 @@ def test_ranges_are_compact_and_sorted():
 
 def test_every_invalid_label_map_of_a_split_is_listed_and_intact_splits_pass(damaged_ade20k, ade20k):
     found = check_config_data(with_data_root(SEG_DEMO, ade20k), ('train_dataloader', 'val_dataloader'), workers=2)
-    assert found['val_dataloader'] == []
-    problems = found['train_dataloader']
+    assert samples(found['val_dataloader']) == []
+    problems = samples(found['train_dataloader'])
     assert sorted(p.file for p in problems) == sorted(map(str, damaged_ade20k.values()))
     by_file = {p.file: p for p in problems}
     assert by_file[str(damaged_ade20k['value 200'])].problem.startswith('holds label value 200 (16 px)')
@@ -86,16 +100,16 @@ def test_parallel_scan_finds_what_a_serial_scan_finds(damaged_ade20k, ade20k):
     from projects.lisa.engine.data_validation import load_dataset
     cfg = with_data_root(SEG_DEMO, ade20k)
     dataset, _ = load_dataset(cfg.train_dataloader.dataset)
-    serial = check_samples(dataset, workers=1)
+    serial = samples(check_samples(dataset, workers=1))
     assert len(serial) == 3
-    assert check_samples(dataset, workers=3, chunk=1) == serial
+    assert samples(check_samples(dataset, workers=3, chunk=1)) == serial
 
 
 def test_every_invalid_coco_annotation_is_listed_with_its_id(coco_with_defects):
     ann_file, defects = coco_with_defects
     init_default_scope('mmdet')
-    problems = check_config_data(with_data_root(DET_DEMO, ann_file.parents[1]), ('train_dataloader', ))[
-        'train_dataloader']
+    problems = samples(check_config_data(with_data_root(DET_DEMO, ann_file.parents[1]), ('train_dataloader', ))[
+        'train_dataloader'])
     errors = {(p.where.split(',')[0], p.problem) for p in problems if p.error and p.where.startswith('annotation')}
     assert errors == {(f'annotation id {i}', text) for i, text in defects.items()}
     assert all(p.file == str(ann_file) for p in problems)
@@ -128,8 +142,8 @@ def test_a_few_degenerate_coco_boxes_are_notes_not_errors(tmp_path):
     victim['bbox'][3], victim['area'] = 0.0, 0.0
     ann_file.write_text(json.dumps(content))
     init_default_scope('mmdet')
-    problems = check_config_data(with_data_root(DET_DEMO, tmp_path / 'coco'), ('train_dataloader', ))[
-        'train_dataloader']
+    problems = samples(check_config_data(with_data_root(DET_DEMO, tmp_path / 'coco'), ('train_dataloader', ))[
+        'train_dataloader'])
     assert [(p.error, p.where.split(',')[0]) for p in problems] == [(False, f'annotation id {victim["id"]}')]
     assert 'height 0.0' in problems[0].problem
 
@@ -145,7 +159,8 @@ def test_check_data_tool_lists_every_bad_sample_and_exits_non_zero(damaged_ade20
     for path in damaged_ade20k.values():
         assert str(path) in proc.stdout
     proc = subprocess.run(command + ['--split', 'val'], env=ENV, capture_output=True, text=True, timeout=300)
-    assert (proc.returncode, proc.stdout.strip()) == (0, 'val_dataloader: no problems'), proc.stderr
+    assert proc.returncode == 0 and proc.stdout.startswith('val_dataloader: 1 note'), proc.stderr  # classes lacked
+    assert 'error' not in proc.stdout and 'never occur' in proc.stdout
 
 
 @pytest.mark.slow
@@ -166,7 +181,7 @@ def test_an_empty_split_is_reported_not_a_traceback(ade20k):
         for path in (ade20k / folder / 'training').iterdir():
             path.unlink()
     found = check_config_data(with_data_root(SEG_DEMO, ade20k), ('train_dataloader', 'val_dataloader'), workers=2)
-    assert found['val_dataloader'] == []
+    assert samples(found['val_dataloader']) == []
     [problem] = found['train_dataloader']
     assert problem.error and problem.problem.startswith('has no samples') and str(ade20k) in problem.file
 
@@ -180,5 +195,125 @@ def test_a_16_bit_image_that_decodes_to_black_is_an_error(ade20k):
     assert Image.open(image).mode.startswith('I;16') and pixels.max() > 0
     assert not mmcv.imread(str(image)).any()
     problems = check_config_data(with_data_root(SEG_DEMO, ade20k), ('train_dataloader', ), workers=1)
-    [problem] = problems['train_dataloader']
+    [problem] = samples(problems['train_dataloader'])
     assert problem.file == str(image) and problem.error and 'decodes to the constant 0' in problem.problem
+
+
+def _replace_sample(ade20k: Path, index: int, image: np.ndarray, label: np.ndarray) -> tuple[Path, Path]:
+    """Training sample ``index`` rewritten as ``image`` (RGB) and ``label``; returns their paths."""
+    paths = (sorted((ade20k / 'images' / 'training').iterdir())[index],
+             sorted((ade20k / 'annotations' / 'training').iterdir())[index])
+    Image.fromarray(image).save(paths[0], format='PNG')  # lossless, whatever the suffix
+    Image.fromarray(label).save(paths[1])
+    return paths
+
+
+def test_images_smaller_than_the_pipeline_allows_are_errors(ade20k):
+    """Issue 25 item 6: 1-px sides and images that the smallest RandomResize scale rescales to 0 px passed
+    the check and crashed training. The references are mmseg's own transforms on the same files."""
+    from mmengine.dataset import Compose
+    cfg = with_data_root(SEG_DEMO, ade20k)
+    rng = np.random.default_rng(0)
+    thin = _replace_sample(ade20k, 1, rng.integers(0, 255, (1, 50, 3), np.uint8), np.full((1, 50), 3, np.uint8))
+    # RandomResize(scale=(384, 96), ratio_range=(0.5, 2.0)) draws (192, 48) at least: a 2x1000 image rescales by
+    # min(192 / 1000, 48 / 2) to height int(2 * 0.192 + 0.5) = 0, a 2x400 image to int(0.96 + 0.5) = 1.
+    flat = _replace_sample(ade20k, 2, rng.integers(0, 255, (2, 1000, 3), np.uint8), np.full((2, 1000), 3, np.uint8))
+    kept = _replace_sample(ade20k, 3, rng.integers(0, 255, (2, 400, 3), np.uint8), np.full((2, 400), 3, np.uint8))
+    pipeline = [dict(t, ratio_range=(0.5, 0.5)) if t['type'] == 'RandomResize' else t
+                for t in cfg.train_dataloader.dataset.pipeline]  # the smallest scale the pipeline draws
+    loads = Compose(pipeline)
+    for (image, label), crashes in ((thin, True), (flat, True), (kept, False)):
+        sample = dict(img_path=str(image), seg_map_path=str(label), reduce_zero_label=True, seg_fields=[])
+        if crashes:
+            with pytest.raises((ValueError, cv2.error)):  # LoadAnnotations' squeeze, OpenCV's resize to 0 px
+                loads(sample)
+        else:
+            loads(sample)
+    problems = samples(check_config_data(cfg, ('train_dataloader', ), workers=1)['train_dataloader'])
+    by_file = {p.file: p for p in problems}
+    assert sorted(by_file) == sorted([str(thin[1]), str(flat[0])]) and all(p.error for p in problems)
+    assert 'is 1x50 (HxW)' in by_file[str(thin[1])].problem and 'squeeze' in by_file[str(thin[1])].problem
+    assert 'is 2x1000 (HxW)' in by_file[str(flat[0])].problem and '(192, 48)' in by_file[str(flat[0])].problem
+
+
+def test_a_constant_8_bit_image_is_an_error_with_its_value(ade20k):
+    """Issue 25 item 6: an image of one colour (a broken export) passed. Reference: mmcv.imread decodes it to
+    one BGR value."""
+    image = sorted((ade20k / 'images' / 'training').iterdir())[0]
+    Image.fromarray(np.full((*image_size(str(image)), 3), (10, 20, 30), np.uint8)).save(image, format='PNG')
+    decoded = mmcv.imread(str(image))
+    assert (decoded == decoded[0, 0]).all() and decoded[0, 0].tolist() == [30, 20, 10]
+    [problem] = samples(check_config_data(with_data_root(SEG_DEMO, ade20k), ('train_dataloader', ), workers=1)[
+        'train_dataloader'])
+    assert problem.file == str(image) and problem.error and 'constant colour (10, 20, 30)' in problem.problem
+
+
+def _two_class_split(tmp_path: Path, objects: bool = True) -> Path:
+    """Three 16x16 label maps storing 0 = background, 1 = object (if ``objects``), as users export them."""
+    for folder in ('img', 'ann'):
+        (tmp_path / folder).mkdir()
+    for i in range(3):
+        label = np.zeros((16, 16), np.uint8)
+        label[4:9, 2 + i:8 + i] = 1 if objects else 0
+        Image.fromarray(np.random.default_rng(i).integers(0, 255, (16, 16, 3), np.uint8)).save(
+            tmp_path / 'img' / f'{i}.png')
+        Image.fromarray(label).save(tmp_path / 'ann' / f'{i}.png')
+    return tmp_path
+
+
+def _two_class_cfg(root: Path, reduce_zero_label: bool, classes=('background', 'object')) -> dict:
+    from mmengine.config import Config
+    init_default_scope('mmseg')
+    dataset = dict(type='BaseSegDataset', data_root=str(root), data_prefix=dict(img_path='img', seg_map_path='ann'),
+                   img_suffix='.png', seg_map_suffix='.png', reduce_zero_label=reduce_zero_label,
+                   metainfo=dict(classes=classes),
+                   pipeline=[dict(type='LoadImageFromFile'), dict(type='LoadAnnotations')])
+    return Config(dict(default_scope='mmseg', train_dataloader=dict(dataset=dataset)))
+
+
+def test_classes_absent_from_a_split_are_reported_with_the_reduce_zero_label_advice(tmp_path):
+    """Issue 25 item 6: 0 = background, 1 = object under reduce_zero_label=True leaves 'object' absent (the
+    stored 1 becomes class 0, the stored 0 is ignored). Reference: the classes mmseg's LoadAnnotations yields."""
+    from mmseg.datasets.transforms import LoadAnnotations
+    root = _two_class_split(tmp_path)
+    loaded = {int(v) for path in (root / 'ann').iterdir()
+              for v in np.unique(LoadAnnotations(reduce_zero_label=True)(dict(
+                  seg_map_path=str(path), reduce_zero_label=True, seg_fields=[]))['gt_seg_map'])}
+    assert loaded == {0, 255}  # class 1 'object' never occurs
+    [problem] = check_config_data(_two_class_cfg(root, True), ('train_dataloader', ), workers=1)['train_dataloader']
+    assert problem.error  # all classes but one absent
+    assert "class 1 'object'" in problem.problem and 'reduce_zero_label=False' in problem.valid
+    assert check_config_data(_two_class_cfg(root, False), ('train_dataloader', ), workers=1)['train_dataloader'] == []
+    # A third class that the split lacks is a note: a split may lack a rare class.
+    [note] = check_config_data(_two_class_cfg(root, False, ('background', 'object', 'rare')), ('train_dataloader', ),
+                               workers=1)['train_dataloader']
+    assert not note.error and "class 2 'rare'" in note.problem
+
+
+def test_ade20k_dataset_with_custom_classes_names_base_seg_dataset_as_the_fix(ade20k):
+    """Issue 25 item 6: ADE20KDataset(metainfo=dict(classes=...)) ended in mmseg's 'not a subset' traceback."""
+    cfg = with_data_root(SEG_DEMO, ade20k)
+    cfg.train_dataloader.dataset.metainfo = dict(classes=('background', 'object'))
+    [problem] = check_config_data(cfg, ('train_dataloader', ), workers=1)['train_dataloader']
+    assert problem.error and 'ADE20KDataset' in problem.problem and "('background', 'object')" in problem.problem
+    assert "type='BaseSegDataset'" in problem.valid and "img_suffix='.jpg'" in problem.valid
+    assert 'reduce_zero_label=True' in problem.valid
+
+
+def test_coco_categories_without_an_instance_are_a_note(tmp_path):
+    """Detection: the classes of metainfo that no parsed instance holds. Reference: the category names of the
+    annotation file's annotations."""
+    generate('coco', tmp_path, num_train=4, num_val=1, size=32, seed=0)
+    content = json.loads((tmp_path / 'coco' / 'annotations' / 'instances_train2017.json').read_text())
+    names = {c['id']: c['name'] for c in content['categories']}
+    used = {names[a['category_id']] for a in content['annotations']}
+    cfg = with_data_root(DET_DEMO, tmp_path / 'coco')
+    classes = cfg.train_dataloader.dataset.get('metainfo', {}).get('classes') or tuple(names.values())
+    absent = [c for c in classes if c not in used]
+    assert 0 < len(absent) < len(classes) - 1
+    init_default_scope('mmdet')
+    [note] = check_config_data(cfg, ('train_dataloader', ))['train_dataloader']
+    assert note.where == CLASSES and not note.error
+    assert note.problem.startswith(f"{len(absent)} of its {len(classes)} classes never occur in the split's "
+                                   f"instances: class {classes.index(absent[0])} {absent[0]!r}")
+    assert 'names the annotation file' in note.valid

@@ -226,3 +226,14 @@ def test_data_paths_of_a_dataset_whose_prefix_is_one_folder():
         'data/imagenet', 'data/imagenet/train', 'data/imagenet/meta/train.txt']
     assert dataset_files(dict(data_root='d', data_prefix=dict(img_path='images', seg_map_path=''))) == [
         'd', 'd/images']
+
+
+def test_training_with_ade20k_dataset_and_custom_classes_names_base_seg_dataset(ade20k):
+    """Issue 25 item 6: ADE20KDataset(metainfo=dict(classes=...)) ended in mmseg's 'not a subset' ValueError."""
+    cfg = with_data_root(SEG_DEMO, ade20k)
+    cfg.train_dataloader.dataset.metainfo = dict(classes=('background', 'object'))
+    with pytest.raises(DataError) as error:
+        first_batch(cfg)
+    message = str(error.value)
+    assert "ADE20KDataset takes only its own 150 classes" in message and "('background', 'object')" in message
+    assert "type='BaseSegDataset', img_suffix='.jpg', seg_map_suffix='.png', reduce_zero_label=True" in message

@@ -4,9 +4,10 @@
 
 Loads each split's dataset as training would (COCO annotations are checked
 while the file is parsed) and checks every sample's files in N processes
-(default: one per CPU). Exits with 1 if any sample is invalid; notes (items
-the library drops by design, e.g. boxes under 1 px) are listed and fail the
-check only with --strict. ``tools/train.py --check-data`` runs this first.
+(default: one per CPU), then lists the classes no sample of a split holds.
+Exits with 1 if any sample is invalid; notes (items the library drops by
+design, e.g. boxes under 1 px, and classes a split lacks) are listed and fail
+the check only with --strict. ``tools/train.py --check-data`` runs this first.
 """
 from __future__ import annotations
 

@@ -10,13 +10,18 @@ image left without its objects trains as background; a file with no usable
 annotation fails with ``need at least one array to concatenate``) and a
 missing ``segmentation`` surfaces as ``KeyError: 'mask'``.
 
-Two kinds of checks, stated by the rules each loader applies:
+The checks, stated by the rules each loader applies:
 
+- :func:`dataset_class_problems`: a dataset class that refuses the config's
+  ``metainfo`` classes (mmseg's ``ADE20KDataset``), before it is built;
 - :class:`CocoAnnotationCheck`: each raw annotation of a COCO file, while
   the dataset parses the file (:func:`load_dataset`), i.e. at load time;
-- :class:`LabelMapCheck`: each label map of an mmseg dataset, a sample's
-  files read on their own (:func:`check_samples` runs it over a whole split
-  in parallel; ``engine.data_check.Runner`` the first time a sample is read).
+- :class:`LabelMapCheck` / :class:`ImageCheck`: each label map of an mmseg
+  dataset and each image, a sample's files read on their own, against the
+  pipeline's resizes (:func:`smallest_rescales`); :func:`check_samples`
+  runs them over a whole split in parallel and then lists the classes no
+  sample holds (:func:`absent_classes`); ``engine.data_check.Runner`` runs
+  them the first time a sample is read.
 
 A :class:`Problem` that the library would crash on or learn wrongly from is
 an error; one the library drops by design (e.g. the two zero-height boxes of
@@ -28,7 +33,7 @@ import copy
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -44,6 +49,8 @@ TRANSPOSED_ORIENTATIONS = (5, 6, 7, 8)
 """EXIF orientations that swap width and height; OpenCV (mmcv's default image decoder) applies them."""
 LISTED = 20
 """Problems quoted in an error message; ``tools/check_data.py`` lists all."""
+CLASSES = 'metainfo classes'
+"""The ``where`` of a split's problem with its classes (:func:`absent_classes`)."""
 
 
 class DataError(RuntimeError):
@@ -79,7 +86,8 @@ class Problem:
 def report(problems: Sequence[Problem], limit: int | None = None) -> str:
     """The problems as text, errors first; at most ``limit`` of each kind quoted."""
     lines = []
-    for error, title, comment in ((True, 'error', ''), (False, 'note', ' (items the library drops; not fatal)')):
+    notes = ' (not fatal: items the library drops, classes a split lacks)'
+    for error, title, comment in ((True, 'error', ''), (False, 'note', notes)):
         group = [p for p in problems if p.error == error]
         if not group:
             continue
@@ -111,36 +119,107 @@ def image_size(path: str) -> tuple[int, int]:
     return height, width
 
 
-def image_problems(path: str) -> list[Problem]:
-    """What the 8-bit colour loading of ``LoadImageFromFile`` (``mmcv.imread``) makes of a 16-bit image.
+Rescale = tuple[str, tuple[int, int]]
+"""An aspect-keeping resize of a pipeline and the smallest target ``scale`` it draws."""
 
-    OpenCV converts 16-bit pixels to 8 bits as ``round(value / 256)``: an image whose
-    values stay below 128 decodes to all zeros, any 16-bit image loses its low 8 bits. The
-    decoded image is read (16-bit images only) to say which.
+
+def smallest_rescales(pipeline) -> tuple[Rescale, ...]:
+    """The aspect-keeping resizes of a built pipeline, each with the smallest ``scale`` it may draw.
+
+    ``Resize(keep_ratio=True)`` and PVT's ``AlignResize`` use their ``scale``; ``RandomResize`` draws
+    ``(int(s0 * r), int(s1 * r))`` for ``r`` in ``ratio_range`` (smallest at ``r = min(ratio_range)``) or
+    each edge between two scales (smallest: the minimum of each). mmcv's ``rescale_size`` grows with the
+    scale, so the smallest scale gives the smallest image.
     """
+    from mmcv.transforms import RandomResize, Resize
+    from mmengine.utils import is_seq_of
+    found = []
+    for transform in getattr(pipeline, 'transforms', []):
+        scale = getattr(transform, 'scale', None)
+        if isinstance(transform, RandomResize):
+            if not getattr(transform.resize, 'keep_ratio', False):
+                continue
+            if is_seq_of(scale, int) and transform.ratio_range is not None:
+                low = min(transform.ratio_range)
+                scale = (int(scale[0] * low), int(scale[1] * low))
+            elif is_seq_of(scale, Sequence):
+                scale = (min(s[0] for s in scale), min(s[1] for s in scale))
+        elif not ((isinstance(transform, Resize) and transform.keep_ratio)
+                  or _instance(transform, 'projects.lisa.datasets.transforms', 'AlignResize')):
+            continue
+        if is_seq_of(scale, int) and len(scale) == 2:  # else a scale_factor or a form mmcv itself refuses
+            found.append((type(transform).__name__, (int(scale[0]), int(scale[1]))))
+    return tuple(found)
+
+
+def rescale_problems(path: str, size: tuple[int, int], rescales: Sequence[Rescale]) -> list[Problem]:
+    """An image that an aspect-keeping resize of the pipeline shrinks to a side of 0 px (OpenCV fails).
+
+    mmcv rescales an ``h x w`` image to ``scale`` by ``f = min(max(scale) / max(h, w), min(scale) / min(h, w))``
+    and rounds each side as ``int(side * f + 0.5)``: the short side reaches 0 when
+    ``max(h, w) / min(h, w) > 2 max(scale)``.
+    """
+    from mmcv.image import rescale_size
+    height, width = size
+    for name, scale in rescales:
+        new_w, new_h = rescale_size((width, height), scale)
+        if min(new_w, new_h) < 1:
+            return [Problem(path, f'is {height}x{width} (HxW), which {name} rescales at its smallest scale {scale} '
+                                  f'to {new_h}x{new_w}: OpenCV cannot resize to 0 px and training stops there',
+                            f'an aspect ratio (long / short side) of at most 2 x {max(scale)} = {2 * max(scale)} '
+                            'for this pipeline: crop or pad the image (and its labels), or remove the sample')]
+    return []
+
+
+def image_problems(path: str, rescales: Sequence[Rescale] = ()) -> list[Problem]:
+    """What the pipeline makes of an image: too small for its resizes, constant, or 16-bit.
+
+    The image is decoded as ``LoadImageFromFile`` does (``mmcv.imread``, 8-bit colour). A constant image
+    carries no signal (usually a broken export). OpenCV converts 16-bit pixels to 8 bits as
+    ``round(value / 256)``: an image whose values stay below 128 decodes to all zeros, any 16-bit image
+    loses its low 8 bits.
+    """
+    import mmcv
     with Image.open(path) as image:
         mode = image.mode
-    if not (mode.startswith('I;16') or mode == 'I'):
-        return []
-    import mmcv
+    problems = rescale_problems(path, image_size(path), rescales)
     decoded = mmcv.imread(path, 'color')
+    constant = bool((decoded == decoded[0, 0]).all())
+    if not (mode.startswith('I;16') or mode == 'I'):
+        if constant:
+            problems.append(Problem(path, f'decodes to the constant colour {tuple(decoded[0, 0, ::-1].tolist())} '
+                                          '(RGB) in every pixel: it carries no signal',
+                                    'an image with content (a constant one is usually a broken export: export it '
+                                    'again or remove the sample)'))
+        return problems
     lo, hi = int(decoded.min()), int(decoded.max())
     if lo == hi:
-        return [Problem(path, f'is a 16-bit image (PNG mode {mode!r}) that the 8-bit colour loader decodes to the '
-                              f'constant {lo} (round(value / 256))',
-                        "an 8-bit image, a 16-bit one that spans the 16-bit range, or color_type='unchanged' in "
-                        'LoadImageFromFile with a normalisation for its range')]
-    return [Problem(path, f'is a 16-bit image (PNG mode {mode!r}), decoded at 8 bits ({lo}..{hi})',
-                    'an 8-bit image (the loader drops the low 8 bits)', error=False)]
+        return problems + [Problem(
+            path, f'is a 16-bit image (PNG mode {mode!r}) that the 8-bit colour loader decodes to the constant {lo} '
+                  '(round(value / 256))',
+            "an 8-bit image, a 16-bit one that spans the 16-bit range, or color_type='unchanged' in "
+            'LoadImageFromFile with a normalisation for its range')]
+    return problems + [Problem(path, f'is a 16-bit image (PNG mode {mode!r}), decoded at 8 bits ({lo}..{hi})',
+                               'an 8-bit image (the loader drops the low 8 bits)', error=False)]
 
 
 @dataclass(frozen=True)
 class ImageCheck:
     """The check of a sample's image alone (detection and classification datasets)."""
 
+    rescales: tuple[Rescale, ...] = ()
+
+    @classmethod
+    def of(cls, dataset) -> ImageCheck:
+        return cls(smallest_rescales(dataset.pipeline))
+
+    def inspect(self, info: Mapping) -> tuple[list[Problem], frozenset[int]]:
+        """The problems of one sample, and the classes its files hold (none: they are in the annotations)."""
+        return self(info), frozenset()
+
     def __call__(self, info: Mapping) -> list[Problem]:
         try:
-            return image_problems(info['img_path'])
+            return image_problems(info['img_path'], self.rescales)
         except (OSError, ValueError) as error:
             return [Problem(info['img_path'], f'cannot be read as an image ({type(error).__name__}: {error})',
                             'a JPEG or PNG image')]
@@ -155,25 +234,35 @@ class LabelMapCheck:
     maps the stored value ``v`` to ``255`` for ``v in {0, 255}`` and to
     ``v - 1`` otherwise. A mapped value must be a class (``< num_classes``)
     or ``ignore_index``, else the loss fails in training and the metric is
-    ``nan`` in validation.
+    ``nan`` in validation. ``LoadAnnotations`` squeezes the map
+    (``squeeze()``), so a side of 1 px is dropped and the transforms after it
+    fail: both sides must be at least 2 px. Its image is checked by
+    :func:`image_problems` against the pipeline's resizes (``rescales``).
     """
 
     num_classes: int
     reduce_zero_label: bool
     ignore_index: int = 255
+    rescales: tuple[Rescale, ...] = ()
 
     @classmethod
     def of(cls, dataset) -> LabelMapCheck:
         # With custom classes, mmseg maps the stored ids of the original classes through label_map.
         classes = (dataset.label_map and type(dataset).METAINFO.get('classes')) or dataset.metainfo['classes']
-        return cls(len(classes), bool(dataset.reduce_zero_label), int(dataset.ignore_index))
+        return cls(len(classes), bool(dataset.reduce_zero_label), int(dataset.ignore_index),
+                   smallest_rescales(dataset.pipeline))
+
+    def mapped(self, values: np.ndarray) -> np.ndarray:
+        """The targets mmseg loads for stored label values (``reduce_zero_label`` applied)."""
+        values = values.astype(np.int64)
+        if self.reduce_zero_label:
+            return np.where((values == 0) | (values == 255), 255, values - 1)
+        return values
 
     def is_valid(self, values: np.ndarray) -> np.ndarray:
         """Whether each stored label value is a class or ignored (element-wise)."""
         values = values.astype(np.int64)
-        mapped = values
-        if self.reduce_zero_label:
-            mapped = np.where((values == 0) | (values == 255), 255, values - 1)
+        mapped = self.mapped(values)
         return (values >= 0) & (values <= 255) & ((mapped < self.num_classes) | (mapped == self.ignore_index))
 
     @property
@@ -189,20 +278,29 @@ class LabelMapCheck:
 
     def __call__(self, info: Mapping) -> list[Problem]:
         """The problems of one sample, ``info`` holding its ``img_path`` and ``seg_map_path``."""
+        return self.inspect(info)[0]
+
+    def inspect(self, info: Mapping) -> tuple[list[Problem], frozenset[int]]:
+        """The problems of one sample, and the classes (``< num_classes``) its label map holds once loaded."""
         path = info['seg_map_path']
         try:
             with Image.open(path) as label:
                 mode, array = label.mode, np.asarray(label)
         except (OSError, ValueError) as error:
             return [Problem(path, f'cannot be read as an image ({type(error).__name__}: {error})',
-                            'a PNG label map')]
+                            'a PNG label map')], frozenset()
         if array.ndim == 3 and array.shape[2] == 1:
             array = array[..., 0]
         if array.ndim != 2:
             return [Problem(path, f'has {array.shape[2]} channels (PNG mode {mode!r}, shape {array.shape}), '
                                   'not one class id per pixel',
-                            "a single-channel label map of class ids (PNG mode 'L' or 'P')")]
+                            "a single-channel label map of class ids (PNG mode 'L' or 'P')")], frozenset()
         problems = []
+        if min(array.shape) < 2:
+            problems.append(Problem(path, f'is {array.shape[0]}x{array.shape[1]} (HxW): mmseg\'s LoadAnnotations '
+                                          'drops its 1-px side (squeeze()) and the transforms after it fail',
+                                    'label maps and images with both sides of at least 2 px: pad the sample or '
+                                    'remove it'))
         if array.dtype in (np.uint8, np.uint16):  # a histogram is faster than sorting
             counts = np.bincount(array.ravel())
             values = np.flatnonzero(counts)
@@ -225,8 +323,9 @@ class LabelMapCheck:
                 problems.append(Problem(path, f'is {array.shape[0]}x{array.shape[1]} (HxW) but its image '
                                               f'{info["img_path"]} is {size[0]}x{size[1]}',
                                         'a label map of the same size as its image'))
-            problems += image_problems(info['img_path'])
-        return problems
+            problems += image_problems(info['img_path'], self.rescales)
+        mapped = self.mapped(values[self.is_valid(values)])
+        return problems, frozenset(mapped[mapped < self.num_classes].tolist())
 
 
 def _is_number(value: object) -> bool:
@@ -376,7 +475,7 @@ def sample_check(dataset) -> LabelMapCheck | ImageCheck | None:
     if _instance(dataset, 'mmseg.datasets.basesegdataset', 'BaseSegDataset'):
         return LabelMapCheck.of(dataset)
     if _instance(dataset, 'mmdet.datasets.coco', 'CocoDataset'):
-        return ImageCheck()
+        return ImageCheck.of(dataset)
     return None
 
 
@@ -432,13 +531,47 @@ def _stopping_when_empty(dataset) -> Iterator[None]:
         del dataset._serialize_data  # an instance attribute: the class's method again, and picklable
 
 
-def _lazy(cfg: Mapping) -> dict:
-    """A copy of a dataset config that builds without loading, wrappers included."""
-    cfg = dict(copy.deepcopy(cfg))
+def _registered(cfg: Mapping):
+    """The class a dataset config builds (None if unknown)."""
     cls = cfg.get('type')
     if isinstance(cls, str):
         with DATASETS.switch_scope_and_registry(None) as registry:  # the default scope's registry, as build does
             cls = registry.get(cls)
+    return cls
+
+
+def dataset_class_problems(cfg: Mapping) -> list[Problem]:
+    """Dataset configs whose class refuses their ``metainfo`` classes, with the class that takes them.
+
+    An mmseg dataset of a fixed label set (e.g. ``ADE20KDataset``) takes only a subset of its own classes
+    (mmseg raises ``... is not a subset of classes ... in METAINFO``); ``BaseSegDataset`` takes any, given
+    the file suffixes and ``reduce_zero_label`` that the fixed class sets itself.
+    """
+    problems = []
+    for leaf in _leaf_cfgs(cfg):
+        cls, classes = _registered(leaf), (leaf.get('metainfo') or {}).get('classes')  # the lookup imports mmseg's
+        base = getattr(sys.modules.get('mmseg.datasets.basesegdataset'), 'BaseSegDataset', None)
+        if base is None or classes is None or not isinstance(cls, type) or not issubclass(cls, base) or cls is base:
+            continue
+        own = cls.METAINFO.get('classes', ())
+        if set(classes) <= set(own):
+            continue
+        defaults = {name: leaf.get(name, parameter.default)
+                    for name, parameter in inspect.signature(cls.__init__).parameters.items()
+                    if name in ('img_suffix', 'seg_map_suffix', 'reduce_zero_label')}
+        arguments = ', '.join(f'{k}={v!r}' for k, v in defaults.items())
+        problems.append(Problem(
+            f'{cls.__name__} {leaf.get("data_root")!r}',
+            f'{cls.__name__} takes only its own {len(own)} classes (or a subset), but metainfo classes is '
+            f'{tuple(classes)!r}', f"type='BaseSegDataset', {arguments}, with the same data_root, data_prefix, "
+            'metainfo and pipeline (it takes any classes)'))
+    return problems
+
+
+def _lazy(cfg: Mapping) -> dict:
+    """A copy of a dataset config that builds without loading, wrappers included."""
+    cfg = dict(copy.deepcopy(cfg))
+    cls = _registered(cfg)
     # A subclass may pass it on through **kwargs (mmdet's BaseDetDataset): ask each class of the MRO.
     if cls is not None and any('lazy_init' in inspect.signature(c.__init__).parameters
                                for c in inspect.getmro(cls) if '__init__' in vars(c)):
@@ -454,11 +587,14 @@ def load_dataset(cfg: Mapping):
     """Build and load the dataset of ``cfg``, checking COCO annotations as they are parsed.
 
     Returns the dataset and its load-time problems. Raises
-    :class:`DataProblems` if loading failed where problems had been found
-    (they are the cause, e.g. no usable annotation left).
+    :class:`DataProblems` if its class refuses its classes
+    (:func:`dataset_class_problems`) or loading failed where problems had
+    been found (they are the cause, e.g. no usable annotation left).
     """
+    problems = dataset_class_problems(cfg)
+    if problems:
+        raise DataProblems(problems, f'{cfg.get("type")} cannot be built:\n')
     dataset = DATASETS.build(_lazy(cfg))
-    problems: list[Problem] = []
     try:
         with ExitStack() as stack:
             for leaf in leaves(dataset):
@@ -476,12 +612,54 @@ def load_dataset(cfg: Mapping):
     return dataset, problems
 
 
-def _check_infos(check: Callable[[Mapping], list[Problem]], infos: list[Mapping]) -> list[Problem]:
-    return [p for info in infos for p in check(info)]
+def _check_infos(check: LabelMapCheck | ImageCheck, infos: list[Mapping]) -> tuple[list[Problem], set[int]]:
+    """The problems of the samples ``infos``, and the classes their files and instances hold."""
+    problems, classes = [], set()
+    for info in infos:
+        found, held = check.inspect(info)
+        problems += found
+        classes |= held
+        classes |= {i['bbox_label'] for i in info.get('instances', ()) if not i.get('ignore_flag', 0)}
+    return problems, classes
+
+
+def absent_classes(dataset, present: set[int]) -> list[Problem]:
+    """The classes of ``dataset.metainfo['classes']`` that no sample holds (``present``: the loaded class ids).
+
+    A split may lack a rare class (a note); one holding fewer than two of its classes (only the ignore
+    index, or all classes but one) cannot teach a model to tell them apart (an error). Under
+    ``reduce_zero_label`` a missing last class is the sign of maps that store class ``i`` as ``i``.
+    """
+    classes = dataset.metainfo['classes']
+    label_map = getattr(dataset, 'label_map', None)
+    if label_map:  # custom classes: the original ids the check counted, as mmseg maps them
+        present = {label_map.get(c, c) for c in present}
+    absent = [i for i in range(len(classes)) if i not in present]
+    if not absent:
+        return []
+    if hasattr(dataset, 'reduce_zero_label'):
+        where = 'label maps'
+        advice = ("label maps that hold every class: check that metainfo['classes'] lists their classes in the "
+                  'order of their stored values')
+        if dataset.reduce_zero_label and len(classes) - 1 in absent:  # maps storing 0..K-1 load as ignored, 0..K-2
+            advice += (f'; reduce_zero_label=True ignores a stored 0 and loads a stored v as class v - 1, so class '
+                       f'{len(classes) - 1} needs the stored value {len(classes)}: if the maps store class i as i '
+                       '(0 a class, e.g. background), set reduce_zero_label=False')
+    else:
+        where = 'instances'
+        advice = ("instances of every class: check that metainfo['classes'] names the annotation file's "
+                  'categories (they are matched by name)')
+    listed = ', '.join(f'class {i} {classes[i]!r}' for i in absent[:10])
+    more = f' and {len(absent) - 10} more' if len(absent) > 10 else ''
+    error = len(classes) - len(absent) < min(2, len(classes))
+    return [Problem(f'{type(dataset).__name__} {getattr(dataset, "data_root", "")!r}',
+                    f'{len(absent)} of its {len(classes)} classes never occur in the split\'s {where}: '
+                    f'{listed}{more}', advice + ('' if error else ' (a split may lack a rare class)'), CLASSES, error)]
 
 
 def check_samples(dataset, workers: int = 0, chunk: int = 64) -> list[Problem]:
-    """The problems of every sample's files, checked in ``workers`` processes (0: one per CPU, 1: here)."""
+    """The problems of every sample's files, checked in ``workers`` processes (0: one per CPU, 1: here),
+    and the classes no sample of a leaf dataset holds (:func:`absent_classes`)."""
     problems = []
     for leaf in leaves(dataset):
         check = sample_check(leaf)
@@ -491,11 +669,13 @@ def check_samples(dataset, workers: int = 0, chunk: int = 64) -> list[Problem]:
         chunks = [infos[i:i + chunk] for i in range(0, len(infos), chunk)]
         workers = workers or os.cpu_count() or 1
         if workers == 1 or len(chunks) <= 1:  # an empty split has no chunk (reported by check_config_data)
-            found = map(partial(_check_infos, check), chunks)
-            problems += [p for part in found for p in part]
+            parts = list(map(partial(_check_infos, check), chunks))
         else:
             with Pool(min(workers, len(chunks))) as pool:
-                problems += [p for part in pool.imap(partial(_check_infos, check), chunks) for p in part]
+                parts = list(pool.imap(partial(_check_infos, check), chunks))
+        problems += [p for found, _ in parts for p in found]
+        if infos:
+            problems += absent_classes(leaf, set().union(*(classes for _, classes in parts)))
     return problems
 
 
