@@ -17,7 +17,7 @@ from projects.lisa.analysis.benchmark import cuda_peak_bytes, loglog_plot, media
 from projects.lisa.analysis.flops import PAPER_GFLOPS, Complexity, config_complexity, flop_analyzer, model_complexity
 from projects.lisa.analysis.walk_maps import attention_matrices, query_token, split_row
 from projects.lisa.models.attention import build_attention, fused, local
-from projects.lisa.models.attention.base import merge_heads
+from projects.lisa.models.attention.layers import merge_heads
 from projects.lisa.models.attention.local import neighbourhood_attention
 from projects.lisa.models.attention.walk import _walk_forward, geometric_weights, random_walk
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 import importlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pytest
 import torch
@@ -377,7 +377,8 @@ STAGE_ARGUMENT_ERRORS = {
     'attn_cfgs-count': lambda n, unit: (dict(attn_cfgs=[dict(type='lisa')] * (n - 1)),
                                         rf'attn_cfgs has {n - 1} entries; .* per {unit} \({n}\)'),
     'attn_cfgs-type': lambda n, unit: (dict(attn_cfgs=dict(type='performer')),  # lists every registered type
-                                       r"attn_cfgs\[0\]=\{'type': 'performer'\}: expected .*one of "
+                                       r"attn_cfgs\[0\]=\{'type': 'performer'\}: unknown attention type 'performer'; "
+                                       r'registered types: '
                                        + re.escape(str(sorted(ATTENTIONS)))),
     'out_indices-int': lambda n, unit: (dict(out_indices=n),
                                         rf'out_indices={n} must be .* distinct {unit} indices in \[-{n}, {n}\)'),

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..models.attention import ATTENTIONS, KernelAttention, build_attention
-from ..models.attention.base import PositionalEncoding
+from ..models.attention.layers import PositionalEncoding
 
 # The attention of configs/classification/deit-tiny_{softmax,flatten,lisa}_8xb128_in1k.py.
 DEIT_TINY_ATTENTIONS = {

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..attention import ATTENTIONS, build_attention, check_attention_type
-from ..attention.base import resize_grid, static_sizes
+from ..attention.layers import resize_grid, static_sizes
 from .loading import adapt_state_dict, load_pretrained
 
 
