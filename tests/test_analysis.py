@@ -1,7 +1,6 @@
 """FLOP counting, efficiency measurement and attention-map extraction (projects/lisa/analysis, tools)."""
 from __future__ import annotations
 
-import importlib
 import json
 import warnings
 from pathlib import Path
@@ -17,9 +16,10 @@ from projects.lisa.analysis.benchmark import cuda_peak_bytes, loglog_plot, media
 from projects.lisa.analysis.flops import PAPER_GFLOPS, Complexity, config_complexity, flop_analyzer, model_complexity
 from projects.lisa.analysis.walk_maps import attention_matrices, query_token, split_row
 from projects.lisa.models.attention import build_attention, fused, local
-from projects.lisa.models.attention.base import merge_heads
+from projects.lisa.models.attention.layers import merge_heads
 from projects.lisa.models.attention.local import neighbourhood_attention
 from projects.lisa.models.attention.walk import _walk_forward, geometric_weights, random_walk
+from tools import benchmark_model, get_flops
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -350,13 +350,13 @@ def test_loglog_plot_draws_one_colour_per_group_and_skips_missing_series(tmp_pat
 
 
 @pytest.mark.parametrize('tool,argv,message', [
-    ('benchmark_model', ['--threads', '0'], '--threads=0 must be >= 1'),
-    ('benchmark_model', ['--repeats', '0'], '--repeats=0 must be >= 1'),
-    ('benchmark_model', ['--img-sizes', '100'], '--img-sizes: 100 is not a positive multiple'),
-    ('get_flops', ['--paper', '--threads', '0'], '--threads=0 must be >= 1'),
-])
+    (benchmark_model, ['--threads', '0'], '--threads=0 must be >= 1'),
+    (benchmark_model, ['--repeats', '0'], '--repeats=0 must be >= 1'),
+    (benchmark_model, ['--img-sizes', '100'], '--img-sizes: 100 is not a positive multiple'),
+    (get_flops, ['--paper', '--threads', '0'], '--threads=0 must be >= 1'),
+], ids=['benchmark_model-threads', 'benchmark_model-repeats', 'benchmark_model-img-sizes', 'get_flops-threads'])
 def test_tools_refuse_invalid_options_naming_the_value(tool, argv, message, capsys):
-    parse_args = importlib.import_module(f'tools.{tool}').parse_args
+    parse_args = tool.parse_args
     with pytest.raises(SystemExit):
         parse_args(argv)
     assert message in capsys.readouterr().err

@@ -1,18 +1,15 @@
-"""The measuring helpers of tools/benchmark_attention.py."""
+"""The attention-layer benchmark (projects.lisa.analysis.attention_benchmark) and its command line,
+tools/benchmark_attention.py."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-_spec = importlib.util.spec_from_file_location(
-    'benchmark_attention', Path(__file__).resolve().parents[1] / 'tools' / 'benchmark_attention.py')
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from projects.lisa.analysis import attention_benchmark as bench
+from tools import benchmark_attention as tool
 
 
 @pytest.mark.parametrize('n,expected', [(197, ((14, 14), 1)), (1024, ((32, 32), 0)), (16385, ((128, 128), 1)),
@@ -53,7 +50,7 @@ def test_build_gives_each_method_its_grid_and_class_token():
 
 @pytest.mark.slow
 def test_benchmark_writes_table_json_and_plot_with_ratios_to_flatten(tmp_path):
-    bench.main(['--sizes', '17', '--methods', 'flatten', 'lisa', '--repeats', '1', '--warmup', '0',
+    tool.main(['--sizes', '17', '--methods', 'flatten', 'lisa', '--repeats', '1', '--warmup', '0',
                 '--out', str(tmp_path), '--markdown', str(tmp_path / 'docs' / 'operator.md')])
     rows = json.loads((tmp_path / 'attention_benchmark.json').read_text())['rows']
     assert [(r['method'], r['N'], r['grid']) for r in rows] == [('flatten', 17, '4x4'), ('lisa', 17, '4x4')]
@@ -77,5 +74,5 @@ def test_benchmark_writes_table_json_and_plot_with_ratios_to_flatten(tmp_path):
                                           (['--sizes', '7'], 'N=7 is neither')])
 def test_invalid_options_are_refused_naming_the_value(argv, message, capsys):
     with pytest.raises(SystemExit):
-        bench.parse_args(argv)
+        tool.parse_args(argv)
     assert message in capsys.readouterr().err

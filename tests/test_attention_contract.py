@@ -1,5 +1,7 @@
 """One attention contract: every type, built-in or registered later from outside the package,
 is built from ``dict(type=NAME, **kwargs)`` with the same context in every backbone."""
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -119,3 +121,16 @@ def test_window_attention_shifts_in_odd_blocks_and_refuses_prefix_tokens():
     assert shifts == [0, 2, 0, 2]
     with pytest.raises(ValueError, match=r'num_prefix_tokens=1: window attention covers grid tokens only'):
         LiSAViT(**VIT, attn_cfgs=dict(type='window', window_size=2))
+
+
+@pytest.mark.parametrize('cfg', ['lisaa', dict(type='lisaa', num_steps=3)], ids=['name', 'dict'])
+def test_an_unknown_type_is_one_value_error_naming_it_and_the_registered_ones_wherever_it_is_checked(cfg):
+    """build_attention and a backbone's attn_cfgs go through one check (a KeyError in one, a ValueError
+    in the other before issue 27)."""
+    valid = re.escape(str(sorted(ATTENTIONS)))  # every registered type, in order
+    with pytest.raises(ValueError, match=rf"unknown attention type 'lisaa'; registered types: {valid}"):
+        build_attention(cfg, dim=12, num_heads=3)
+    if isinstance(cfg, dict):
+        with pytest.raises(ValueError, match=rf"attn_cfgs\[0\]=.*unknown attention type 'lisaa'; "
+                                             rf"registered types: {valid}"):
+            LiSAPVT(**PVT, attn_cfgs=cfg)

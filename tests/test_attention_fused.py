@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from projects.lisa.models.attention import build_attention, fused, set_implementation
-from projects.lisa.models.attention.base import focus, split_heads
+from projects.lisa.models.attention.base import focus
+from projects.lisa.models.attention.layers import split_heads
 
 pytestmark = [pytest.mark.usefixtures('seed_and_one_thread'),
               pytest.mark.skipif(fused.CPU_KERNEL is None, reason='the fused CPU kernels are not built')]

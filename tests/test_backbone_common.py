@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 import importlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pytest
 import torch
@@ -377,7 +377,8 @@ STAGE_ARGUMENT_ERRORS = {
     'attn_cfgs-count': lambda n, unit: (dict(attn_cfgs=[dict(type='lisa')] * (n - 1)),
                                         rf'attn_cfgs has {n - 1} entries; .* per {unit} \({n}\)'),
     'attn_cfgs-type': lambda n, unit: (dict(attn_cfgs=dict(type='performer')),  # lists every registered type
-                                       r"attn_cfgs\[0\]=\{'type': 'performer'\}: expected .*one of "
+                                       r"attn_cfgs\[0\]=\{'type': 'performer'\}: unknown attention type 'performer'; "
+                                       r'registered types: '
                                        + re.escape(str(sorted(ATTENTIONS)))),
     'out_indices-int': lambda n, unit: (dict(out_indices=n),
                                         rf'out_indices={n} must be .* distinct {unit} indices in \[-{n}, {n}\)'),
@@ -405,3 +406,24 @@ def test_bad_stage_arguments_are_rejected_naming_the_value(bb, case):
     kwargs, match = STAGE_ARGUMENT_ERRORS[case](bb.num_stages, bb.unit)
     with pytest.raises(ValueError, match=match):
         bb.build(**kwargs)
+
+
+def test_stage_drop_path_rates_rise_linearly_over_all_blocks_split_per_stage():
+    # linspace(0, 0.3, 4) = 0, 0.1, 0.2, 0.3 over blocks 0..3; stages of 1, 2 and 1 blocks
+    rates = base.stage_drop_path_rates(0.3, [1, 2, 1])
+    assert [len(r) for r in rates] == [1, 2, 1]
+    torch.testing.assert_close(torch.tensor([r for stage in rates for r in stage]), torch.tensor([0.0, 0.1, 0.2, 0.3]))
+
+
+@pytest.mark.parametrize('backbone', [LiSAPVT, LiSASwinTransformer, LiSABiFormer], ids=['pvt', 'swin', 'biformer'])
+def test_each_staged_backbone_gives_block_b_the_drop_path_rate_b_over_all_blocks(backbone):
+    """PVT, Swin and BiFormer build their stages' stochastic depth through one helper: both residual
+    branches of block b (over all stages, in order) drop with rate * b / (blocks - 1)."""
+    m = backbone(arch='tiny', pretrain_img_size=64, drop_path_rate=0.3)
+    blocks = [mod for mod in m.modules() if isinstance(mod, base.TransformerBlock)]
+    depths = {LiSAPVT: [2, 2, 2, 2], LiSASwinTransformer: [2, 2, 6, 2], LiSABiFormer: [2, 2, 8, 2]}[backbone]
+    assert len(blocks) == sum(depths)
+    expected = [0.3 * b / (len(blocks) - 1) for b in range(len(blocks))]
+    got = [[d.drop_prob for d in blk.modules() if type(d).__name__ == 'DropPath'] for blk in blocks]
+    assert all(len(g) == 2 for g in got)  # attention branch and FFN branch
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(expected).unsqueeze(1).expand(-1, 2))

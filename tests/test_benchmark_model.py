@@ -1,4 +1,5 @@
-"""tools/benchmark_model.py --dense: the Table 3 backbones (+ FPN neck) timed side by side."""
+"""The dense models' benchmark (projects.lisa.analysis.model_benchmark): the Table 3 backbones (+ FPN neck)
+timed side by side, and its command line, tools/benchmark_model.py --dense."""
 from __future__ import annotations
 
 import json
@@ -7,8 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from projects.lisa.analysis import model_benchmark as bench
 from projects.lisa.analysis.benchmark import median_times
 from tools import benchmark_model
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_median_times_reads_every_clock_around_the_same_calls():
@@ -27,11 +31,10 @@ def row(family: str, model: str, train: tuple[float, float], infer: tuple[float,
 
 
 def test_dense_table_gives_ratios_to_softmax_and_flatten_of_the_same_family():
-    args = benchmark_model.parse_args(['--dense'])
     rows = [row('pvt', 'PVT-T', (100, 200), (50, 50)), row('pvt', 'FLatten-PVT-T', (120, 200), (40, 100)),
             row('pvt', 'LiSA-PVT-T', (126, 210), (45, 40)), row('swin', 'Swin-T', (10, 10), (10, 10)),
             row('swin', 'FLatten-Swin-T', (20, 10), (10, 10)), row('swin', 'LiSA-Swin-T', (11, 10), (10, 10))]
-    table = benchmark_model.dense_table(rows, args)
+    table = bench.dense_table(rows, (512, 512), (512, 2048))
     lines = {line.split(' | ')[0][2:]: line.split(' | ') for line in table.split('\n')}
     assert lines['LiSA-PVT-T'][2:] == ['126 / 210', '45 / 40', '1.26x / 1.05x', '1.05x / 1.05x', '0.90x / 0.80x',
                                        '1.12x / 0.40x |']
@@ -40,13 +43,12 @@ def test_dense_table_gives_ratios_to_softmax_and_flatten_of_the_same_family():
 
 
 def test_dense_table_of_several_processes_gives_the_median_and_range_of_their_ratios():
-    args = benchmark_model.parse_args(['--dense', '--processes', '3'])
     runs = [[row('pvt', 'PVT-T', (100, 100), (10, 10)), row('pvt', 'FLatten-PVT-T', (100, 100), (10, 10)),
              row('pvt', 'LiSA-PVT-T', (lisa, 100), (10, 10))] for lisa in (104, 110, 101)]
     runs[1][1]['train_cpu_ms'] = 200  # FLatten slow in the second process: LiSA / FLatten 0.55 there
-    rows = benchmark_model.merge_processes(runs)
+    rows = bench.merge_processes(runs)
     assert [r['train_cpu_ms'] for r in rows] == [100, 100, 104] and len(rows[2]['processes']) == 3
-    table = benchmark_model.dense_table(rows, args)
+    table = bench.dense_table(rows, (512, 512), (512, 2048))
     lines = {line.split(' | ')[0][2:]: line.split(' | ') for line in table.split('\n')}
     # train / softmax: 1.04, 1.10, 1.01; train / FLatten: 1.04, 0.55, 1.01 (not 104 / 100)
     assert lines['LiSA-PVT-T'][4:6] == ['1.04x (1.01–1.10) / 1.00x (1.00–1.00)',
@@ -54,18 +56,17 @@ def test_dense_table_of_several_processes_gives_the_median_and_range_of_their_ra
 
 
 def test_dense_table_adds_the_counted_flops_and_their_ratios():
-    args = benchmark_model.parse_args(['--dense', '--train-size', '64', '64', '--infer-size', '64', '128'])
     rows = [row('pvt', 'PVT-T', (1, 1), (1, 1)), row('pvt', 'FLatten-PVT-T', (1, 1), (1, 1)),
             row('pvt', 'LiSA-PVT-T', (1, 1), (1, 1))]
     for r, (train, infer) in zip(rows, [(2.0e9, 8.0e9), (1.6e9, 5.0e9), (1.7e9, 5.5e9)]):
         r['train_flops'], r['infer_flops'] = train, infer
-    table = benchmark_model.dense_table(rows, args).split('\n\n')[1]
+    table = bench.dense_table(rows, (64, 64), (64, 128)).split('\n\n')[1]
     lines = {line.split(' | ')[0][2:]: line.split(' | ') for line in table.split('\n')}
     assert lines['model'][1] == 'GFLOPs 64×64 / 64×128 (forward, counted)'
     # 1.7 / 2.0 = 0.85, 5.5 / 8 = 0.6875; 1.7 / 1.6 = 1.0625, 5.5 / 5 = 1.1
     assert lines['LiSA-PVT-T'][1:] == ['1.7 / 5.5', '0.850x / 0.688x', '1.062x / 1.100x |']
-    assert 'GFLOPs' not in benchmark_model.dense_table([{k: v for k, v in r.items() if 'flops' not in k}
-                                                        for r in rows], args)
+    assert 'GFLOPs' not in bench.dense_table([{k: v for k, v in r.items() if 'flops' not in k} for r in rows],
+                                             (64, 64), (64, 128))
 
 
 @pytest.mark.slow
@@ -92,13 +93,12 @@ def test_dense_benchmark_times_the_three_pvt_models_and_writes_the_markdown(tmp_
 @pytest.mark.slow
 def test_dense_parts_are_the_configs_backbone_and_neck():
     """What is timed: the config's backbone (with its attention) and, for Semantic FPN, the FPN neck."""
-    root = Path(benchmark_model.__file__).resolve().parents[1]
-    fpn = benchmark_model.DenseParts(root / 'configs/segmentation/fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py',
-                                     ('backbone', 'neck'))
+    fpn = bench.DenseParts(ROOT / 'configs/segmentation/fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py',
+                           ('backbone', 'neck'))
     assert type(fpn.backbone).__name__ == 'LiSAPVT' and type(fpn.neck).__name__ == 'FPN'
     assert type(fpn.backbone.stages[0].blocks[0].attn).__name__ == 'FocusedLinearAttention'
-    swin = benchmark_model.DenseParts(root / 'configs/segmentation/upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py',
-                                      ('backbone', ))
+    swin = bench.DenseParts(ROOT / 'configs/segmentation/upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py',
+                            ('backbone', ))
     assert swin.neck is None and type(swin.backbone).__name__ == 'LiSASwinTransformer'
     outs = fpn(torch.randn(1, 3, 64, 64))
     assert [tuple(o.shape) for o in outs] == [(1, 256, 16 // 2 ** i, 16 // 2 ** i) for i in range(4)]

@@ -7,7 +7,6 @@ on contiguous copies of the feature maps (what the box and mask heads must be gi
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -17,11 +16,9 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 from projects.lisa.synthetic import generate
+from tools import demo
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location('demo', ROOT / 'tools' / 'demo.py')
-demo = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(demo)
 
 
 @pytest.mark.parametrize('config', [demo.SEG_CONFIG, demo.DET_CONFIG], ids=['semantic-fpn', 'mask-rcnn'])

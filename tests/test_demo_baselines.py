@@ -5,7 +5,6 @@ and, for the judgement, hand-written ``mim test`` results beside tiny generated 
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -15,11 +14,9 @@ from PIL import Image
 
 from projects.lisa.analysis import baselines
 from projects.lisa.synthetic import generate
+from tools import demo
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location('demo', ROOT / 'tools' / 'demo.py')
-demo = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(demo)
 
 
 def test_majority_accuracy_is_the_share_of_the_training_majority_in_val():

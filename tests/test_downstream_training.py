@@ -10,7 +10,6 @@ must continue).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -27,15 +26,14 @@ import torch
 
 from projects.lisa.analysis.baselines import segmentation_baseline
 from projects.lisa.synthetic import generate
+from tools import demo
 
 ROOT = Path(__file__).resolve().parents[1]
 SEG_DEMO = ROOT / 'configs/segmentation/demo/fpn_lisa-pvt-t_1xb4-150iter_synthetic-ade20k-96x96.py'
 TRAIN_ITERS = 40  # the demo trains 150; 40 already learns far beyond the baseline
 MIM = str(Path(sys.executable).with_name('mim'))
 
-_spec = importlib.util.spec_from_file_location('demo', ROOT / 'tools' / 'demo.py')
-demo = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(demo)
+
 DATA = {k: v for k, v in demo.SEG_DATA.items() if k != 'dataset'}  # the demo's ADE20K
 
 # The demo config made deterministic for exact comparisons: fixed-size inputs without random

@@ -5,7 +5,6 @@ The references are the libraries that consume the real datasets: mmseg's
 pycocotools and mmpretrain's ``CustomDataset`` / ``ImageNet``; the image
 pixels themselves check that annotations sit on the drawn objects.
 """
-import importlib.util
 import json
 from pathlib import Path
 
@@ -306,9 +305,7 @@ def test_invalid_arguments_raise_naming_the_value(tmp_path, dataset, kwargs, mes
 
 @pytest.fixture(scope='module')
 def cli():
-    spec = importlib.util.spec_from_file_location('generate_data', ROOT / 'tools/generate_data.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from tools import generate_data as module
     return module.main
 
 

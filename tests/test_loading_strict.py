@@ -8,7 +8,6 @@ loading a softmax checkpoint into LiSA covers every tensor LiSA adds.
 """
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -87,9 +86,7 @@ def test_allow_new_and_allow_unused_let_the_named_tensors_through_and_load_the_r
 
 def test_tools_test_stops_on_a_checkpoint_missing_a_tensor(tmp_path, monkeypatch):
     """tools/test.py used to print a metric computed with a randomly initialised layer."""
-    spec = importlib.util.spec_from_file_location('tools_test', ROOT / 'tools' / 'test.py')
-    tools_test = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tools_test)
+    from tools import test as tools_test
     config = tmp_path / 'toy.py'
     cfg = engine_toy.toy_config(str(tmp_path / 'work'))
     cfg['custom_hooks'] = []  # tools/test.py adds the safe runtime itself

@@ -6,7 +6,6 @@ applied here by hand to a generated ImageNet-format tree, and the file system (s
 """
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -55,9 +54,7 @@ def fake_imagenet(root: Path, per_class: dict[str, int]) -> Path:
 
 def run_tool(capsys, *args: str) -> tuple[int, str, str]:
     """``(exit code, stdout, stderr)`` of ``tools/prepare_mini_imagenet.py ARGS``."""
-    spec = importlib.util.spec_from_file_location('prepare_mini_imagenet', TOOL)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    from tools import prepare_mini_imagenet as tool
     try:
         tool.main(list(args))
         code = 0

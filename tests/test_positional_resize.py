@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from projects.lisa.models.attention.base import PositionalEncoding, interpolation_matrix, resize_grid
+from projects.lisa.models.attention.layers import PositionalEncoding, interpolation_matrix, resize_grid
 
 
 def interpolate(grid: torch.Tensor, size, mode: str) -> torch.Tensor:

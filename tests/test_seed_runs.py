@@ -5,7 +5,6 @@ References: mean and sample standard deviation computed here by numpy, and MMEng
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -13,10 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tools import report_seeds
+
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location('report_seeds', ROOT / 'tools' / 'report_seeds.py')
-report_seeds = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(report_seeds)
 
 
 def write_run(run: Path, timestamp: str, top1: list[float]) -> None:

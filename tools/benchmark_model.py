@@ -49,7 +49,8 @@ each model's counted FLOPs (this project's counter, ``tools/get_flops.py``:
 one multiply-add = one FLOP) for the forward at both inputs and their
 ratios: the speed the FLOPs allow, beside the speed measured.
 
-DeiT-T needs torch alone (and matplotlib for the plot); ``--dense`` needs
+What it measures is ``projects.lisa.analysis.model_benchmark``; this tool parses the options,
+prints and writes the results. DeiT-T needs torch alone (and matplotlib for the plot); ``--dense`` needs
 mmengine, mmcv and mmseg. Runs on the CPU and on
 CUDA (``--device``). ``--markdown PATH`` also writes the table to PATH.
 
@@ -63,249 +64,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from torch import nn
 
-from projects.lisa.analysis.benchmark import (
-    cuda_peak_bytes,
-    keep_freed_memory,
-    loglog_plot,
-    median_seconds,
-    median_times,
-    saved_tensor_bytes,
+from projects.lisa.analysis.benchmark import keep_freed_memory, loglog_plot
+from projects.lisa.analysis.model_benchmark import (
+    ATTENTIONS,
+    DENSE,
+    PATCH,
+    MiB,
+    count_dense_flops,
+    dense_table,
+    measure,
+    measure_dense,
+    merge_processes,
+    table,
 )
-from projects.lisa.analysis.deit import DEIT_TINY_ATTENTIONS as ATTENTIONS
-from projects.lisa.analysis.deit import PAPER_TABLE13 as PAPER
-from projects.lisa.analysis.deit import DeiT
 from projects.lisa.models.attention import local
 
-PATCH = 16
-MiB = 2 ** 20
-
-
-def build_model(attention: str, img_size: int, device: torch.device) -> nn.Module:
-    torch.manual_seed(0)
-    return DeiT(ATTENTIONS[attention], img_size=img_size, patch_size=PATCH).to(device).train()
-
-
-class Bench:
-    """One DeiT-T at one input size: its training step, forward pass and memory."""
-
-    def __init__(self, attention: str, img_size: int, device: torch.device) -> None:
-        self.model = build_model(attention, img_size, device)
-        self.x = torch.randn(1, 3, img_size, img_size, device=device)
-
-    def loss(self) -> torch.Tensor:
-        return self.model(self.x).sum()
-
-    def train_step(self) -> None:
-        self.model.zero_grad(set_to_none=True)
-        self.loss().backward()
-
-    def forward(self) -> None:
-        with torch.no_grad():
-            self.model(self.x)
-
-    def saved_bytes(self) -> int:
-        return saved_tensor_bytes(self.loss, exclude=[*self.model.parameters(), self.x])
-
-
-def measure(img_size: int, args, device: torch.device) -> list[dict]:
-    """Rows of every attention at one size; their runs take turns (see ``median_seconds``)."""
-    benches = {a: Bench(a, img_size, device) for a in args.attentions}
-    rows = {a: {'attention': a, 'img_size': img_size, 'tokens': 1 + (img_size // PATCH) ** 2}
-            for a in args.attentions}
-    for a, bench in benches.items():
-        rows[a]['saved'] = bench.saved_bytes()  # also the first warm-up run
-    timing = dict(warmup=args.warmup - 1, repeats=args.repeats, budget_s=args.budget)
-    train = median_seconds({a: b.train_step for a, b in benches.items()}, device, **timing)
-    forward = median_seconds({a: b.forward for a, b in benches.items()}, device, **timing)
-    for a, bench in benches.items():
-        rows[a].update(train_ms=1e3 * train[a], fwd_ms=1e3 * forward[a])
-        if device.type == 'cuda':
-            rows[a]['peak'] = cuda_peak_bytes(bench.train_step, device)
-    return list(rows.values())
-
-
-def table(rows: list[dict]) -> str:
-    """Markdown table with the ratios to FLatten at the same size and the paper's figures."""
-    memory = 'peak' if any('peak' in r for r in rows) else 'saved'
-    flatten = {r['tokens']: r for r in rows if r['attention'] == 'flatten'}
-    lines = [
-        f'| attention | input | tokens | fwd ms | train ms | saved MiB |{" peak MiB |" if memory == "peak" else ""}'
-        f' train / FLatten | {memory} / FLatten | paper ms | paper MB | paper ms / FLatten | paper MB / FLatten |',
-    ]
-    lines.append('|' + '---|' * (lines[0].count('|') - 1))
-    for r in sorted(rows, key=lambda r: (r['tokens'], list(ATTENTIONS).index(r['attention']))):
-        ref = flatten.get(r['tokens'])
-        paper = PAPER.get(r['tokens'], {})
-        ms, mb = paper.get(r['attention'], (None, None))
-        fl_ms, fl_mb = paper.get('flatten', (None, None))
-        cells = [r['attention'], f"{r['img_size']}²", f"{r['tokens']:,}", f"{r['fwd_ms']:.1f}",
-                 f"{r['train_ms']:.1f}", f"{r['saved'] / MiB:.1f}"]
-        if memory == 'peak':
-            cells.append(f"{r['peak'] / MiB:.1f}")
-        cells += [f"{r['train_ms'] / ref['train_ms']:.2f}x" if ref else '-',
-                  f"{r[memory] / ref[memory]:.2f}x" if ref else '-',
-                  f'{ms:,}' if ms else '-', f'{mb:,}' if mb else '-',
-                  f'{ms / fl_ms:.2f}x' if ms else '-', f'{mb / fl_mb:.2f}x' if mb else '-']
-        lines.append('| ' + ' | '.join(cells) + ' |')
-    return '\n'.join(lines)
-
-
-CONFIGS = Path(__file__).resolve().parents[1] / 'configs' / 'segmentation'
-# family -> (what is measured, parts of the model, {model: config}); the first model is the softmax baseline.
-DENSE = {
-    'pvt': ('Semantic FPN backbone + neck', ('backbone', 'neck'), {
-        'PVT-T': 'fpn_pvt-t_8xb4-40k_ade20k-512x512.py',
-        'FLatten-PVT-T': 'fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py',
-        'LiSA-PVT-T': 'fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'}),
-    'swin': ('UperNet backbone', ('backbone', ), {
-        'Swin-T': 'upernet_swin-t_8xb2-160k_ade20k-512x512.py',
-        'FLatten-Swin-T': 'upernet_flatten-swin-t_8xb2-160k_ade20k-512x512.py',
-        'LiSA-Swin-T': 'upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py'}),
-}
-
-
-class DenseParts(nn.Module):
-    """The backbone (+ neck) of a segmentation config, randomly initialised."""
-
-    def __init__(self, config: Path, parts: tuple[str, ...]) -> None:
-        super().__init__()
-        from mmengine.config import Config
-        from mmengine.registry import init_default_scope
-        from mmseg.registry import MODELS
-
-        import projects.lisa  # noqa: F401  (registers the backbones)
-
-        init_default_scope('mmseg')
-        cfg = Config.fromfile(config).model
-        cfg.backbone.init_cfg = None  # random weights: no checkpoint
-        self.backbone = MODELS.build(cfg.backbone)
-        self.backbone.init_weights()
-        self.neck = MODELS.build(cfg.neck) if 'neck' in parts else None
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        feats = self.backbone(x)
-        return tuple(self.neck(feats)) if self.neck is not None else tuple(feats)
-
-
-class DenseBench:
-    """One dense model: its training step and its inference."""
-
-    def __init__(self, config: Path, parts: tuple[str, ...], args, device: torch.device) -> None:
-        torch.manual_seed(0)
-        self.model = DenseParts(config, parts).to(device)
-        self.train_x = torch.randn(args.batch, 3, *args.train_size, device=device)
-        self.infer_x = torch.randn(1, 3, *args.infer_size, device=device)
-
-    def train_step(self) -> None:
-        self.model.train()
-        self.model.zero_grad(set_to_none=True)
-        sum(out.sum() for out in self.model(self.train_x)).backward()
-
-    def infer(self) -> None:
-        self.model.eval()
-        with torch.no_grad():
-            self.model(self.infer_x)
-
-
-def measure_dense(family: str, args, device: torch.device) -> list[dict]:
-    """Rows of the models of one family; their runs take turns."""
-    what, parts, configs = DENSE[family]
-    benches = {name: DenseBench(CONFIGS / cfg, parts, args, device) for name, cfg in configs.items()}
-    timing = dict(warmup=args.warmup, repeats=args.repeats, budget_s=args.budget)
-    train = median_times({n: b.train_step for n, b in benches.items()}, device, **timing)
-    infer = median_times({n: b.infer for n, b in benches.items()}, device, **timing)
-    return [{'family': family, 'measured': what, 'model': name, 'config': configs[name],
-             **{f'train_{c}_ms': 1e3 * t for c, t in train[name].items()},
-             **{f'infer_{c}_ms': 1e3 * t for c, t in infer[name].items()}} for name in configs]
-
-
-def count_dense_flops(family: str, args) -> dict[str, tuple[int, int]]:
-    """Counted FLOPs of each model's forward of one image at ``--train-size`` and at ``--infer-size``."""
-    from projects.lisa.analysis.flops import model_complexity  # mmengine's counter: only --dense needs mm
-
-    _, parts, configs = DENSE[family]
-    flops = {}
-    for name, cfg in configs.items():
-        model = DenseParts(CONFIGS / cfg, parts).eval()
-        flops[name] = tuple(model_complexity(model, (torch.randn(1, 3, *size), )).flops
-                            for size in (args.train_size, args.infer_size))
-    return flops
-
-
-TIMES = tuple(f'{kind}_{clock}_ms' for kind in ('train', 'infer') for clock in ('cpu', 'wall'))
-
-
-def merge_processes(runs: list[list[dict]]) -> list[dict]:
-    """One row per model from the rows of several processes (same models, same order): each time
-    the median over the processes, the processes' own rows under ``'processes'``."""
-    merged = []
-    for rows in zip(*runs):
-        merged.append({**rows[0], **{t: statistics.median(r[t] for r in rows) for t in TIMES},
-                       'processes': list(rows)})
-    return merged
-
-
-def families(rows: list[dict]) -> Iterator[tuple[list[dict], dict, dict | None]]:
-    """Per family, in the rows' order: its rows, its softmax model (the first) and its FLatten model."""
-    for family in dict.fromkeys(r['family'] for r in rows):
-        rs = [r for r in rows if r['family'] == family]
-        yield rs, rs[0], next((r for r in rs if r['model'].startswith('FLatten')), None)
-
-
-def dense_table(rows: list[dict], args) -> str:
-    """Markdown table: times (CPU / wall) and their ratios to the softmax model and to FLatten; for rows
-    of several processes (:func:`merge_processes`) each ratio is the median of the processes' ratios,
-    their range in brackets."""
-    train, infer = '×'.join(map(str, args.train_size)), '×'.join(map(str, args.infer_size))
-    lines = [f'| model | measured | train step {train} ms (CPU / wall) | inference {infer} ms (CPU / wall) '
-             '| train / softmax | train / FLatten | inference / softmax | inference / FLatten |',
-             '|---|---|---|---|---|---|---|---|']
-    for rs, base, flatten in families(rows):
-
-        def cell(r, kind, fmt='{:.0f}'):
-            return ' / '.join(fmt.format(r[f'{kind}_{c}_ms']) for c in ('cpu', 'wall'))
-
-        def ratio(r, ref, kind):
-            if ref is None:
-                return '-'
-            cells = []
-            for c in ('cpu', 'wall'):
-                key = f'{kind}_{c}_ms'
-                each = [a[key] / b[key] for a, b in zip(r.get('processes', [r]), ref.get('processes', [ref]))]
-                spread = f' ({min(each):.2f}–{max(each):.2f})' if len(each) > 1 else ''
-                cells.append(f'{statistics.median(each):.2f}x{spread}')
-            return ' / '.join(cells)
-
-        for r in rs:
-            lines.append(f"| {r['model']} | {r['measured']} | {cell(r, 'train')} | {cell(r, 'infer')} | "
-                         f"{ratio(r, base, 'train')} | {ratio(r, flatten, 'train')} | "
-                         f"{ratio(r, base, 'infer')} | {ratio(r, flatten, 'infer')} |")
-    if all('train_flops' in r for r in rows):
-        lines += ['', flops_table(rows, train, infer)]
-    return '\n'.join(lines)
-
-
-def flops_table(rows: list[dict], train: str, infer: str) -> str:
-    """Markdown table of the rows' counted forward FLOPs and their ratios to the softmax model and to FLatten."""
-    lines = [f'| model | GFLOPs {train} / {infer} (forward, counted) | / softmax | / FLatten |', '|---|---|---|---|']
-    for rs, base, flatten in families(rows):
-
-        def ratio(r, ref):
-            return '-' if ref is None else ' / '.join(f"{r[k] / ref[k]:.3f}x" for k in ('train_flops', 'infer_flops'))
-
-        for r in rs:
-            lines.append(f"| {r['model']} | {r['train_flops'] / 1e9:.1f} / {r['infer_flops'] / 1e9:.1f} | "
-                         f"{ratio(r, base)} | {ratio(r, flatten)} |")
-    return '\n'.join(lines)
+CONFIGS = Path(__file__).resolve().parents[1] / 'configs' / 'segmentation'  # the configs of DENSE
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -369,7 +149,7 @@ def main(argv=None) -> None:
     print(title, flush=True)
     rows = []
     for size in args.img_sizes:
-        for row in measure(size, args, device):
+        for row in measure(size, args.attentions, device, args.warmup - 1, args.repeats, args.budget):
             rows.append(row)
             print(f"  {row['attention']:8s} {size:5d}² ({row['tokens']:6d} tokens): fwd {row['fwd_ms']:.1f} ms, "
                   f"train {row['train_ms']:.1f} ms, saved {row['saved'] / MiB:.1f} MiB"
@@ -412,16 +192,19 @@ def dense_main(args, device: torch.device, device_name: str) -> None:
     else:
         rows = []
         for family in args.families:
-            for row in measure_dense(family, args, device):
+            for row in measure_dense(family, CONFIGS, device, args.batch, args.train_size, args.infer_size,
+                                     args.warmup, args.repeats, args.budget):
                 rows.append(row)
                 print(f"  {row['model']:15s} train {row['train_cpu_ms']:.0f} ms CPU, {row['train_wall_ms']:.0f} ms "
                       f"wall; inference {row['infer_cpu_ms']:.0f} ms CPU, {row['infer_wall_ms']:.0f} ms wall",
                       flush=True)
     if not args.no_flops:
-        flops = {name: f for family in args.families for name, f in count_dense_flops(family, args).items()}
+        flops = {name: f for family in args.families
+                 for name, f in count_dense_flops(family, CONFIGS, args.train_size, args.infer_size).items()}
         for row in rows:
             row['train_flops'], row['infer_flops'] = flops[row['model']]
-    report = dense_table(rows, args) + f'\n\nload average at the end: {os.getloadavg()[0]:.2f}'
+    report = (dense_table(rows, args.train_size, args.infer_size)
+              + f'\n\nload average at the end: {os.getloadavg()[0]:.2f}')
     print(report)
     write(args, 'benchmark_dense', title, rows, report)
     print(f'saved {args.out}/benchmark_dense.{{json,md}}')

@@ -22,9 +22,8 @@ import ctypes.util
 import statistics
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import Tensor

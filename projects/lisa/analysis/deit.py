@@ -3,10 +3,16 @@
 DeiT: Touvron et al., ICML 2021; LiSA supp. Table 13 times DeiT-T with
 softmax, FLatten and LiSA attention. :class:`DeiT` is the forward pass of
 ``projects.lisa.models.backbones.LiSAViT`` (class token, ``out_type='cls_token'``,
-final norm) without its OpenMMLab bricks, so the benchmark also runs where no
-OpenMMLab package is installed (a GPU machine with torch alone). Same
-parameter names, so a ``LiSAViT`` state dict loads unchanged and gives the same
-outputs. No dropout, no stochastic depth: a model for timing, not for training.
+final norm) without its OpenMMLab bricks. Why a second DeiT: ``LiSAViT`` is built from
+mmcv's ``FFN``, ``build_norm_layer`` and ``DropPath`` on mmengine's ``BaseModule`` (``init_cfg``,
+checkpoint loading), and the benchmark must run where no OpenMMLab package is installed (a GPU
+machine with torch alone: ``tools/gpu_check.py`` imports with torch only, tests/test_gpu_check.py).
+What the attention changes is shared, not copied: every block's attention is built by
+``build_attention`` and the position table is :class:`..models.attention.layers.PositionalEncoding`,
+the modules ``LiSAViT`` uses; only patch embedding, MLP and block wiring are restated here (a few
+lines each). Same parameter names, so a ``LiSAViT`` state dict loads unchanged and gives the same
+outputs (tests/test_gpu_check.py checks both). No dropout, no stochastic depth: a model for timing,
+not for training.
 """
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..models.attention import ATTENTIONS, KernelAttention, build_attention
-from ..models.attention.base import PositionalEncoding
+from ..models.attention.layers import PositionalEncoding
 
 # The attention of configs/classification/deit-tiny_{softmax,flatten,lisa}_8xb128_in1k.py.
 DEIT_TINY_ATTENTIONS = {

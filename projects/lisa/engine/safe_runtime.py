@@ -1,7 +1,8 @@
-"""The hooks of ``configs/_base_/safe_runtime.py`` for runs whose config does not inherit that fragment.
+"""The hooks of the package's ``configs/safe_runtime.py`` for runs whose config does not inherit that fragment.
 
 ``tools/train.py`` and ``tools/test.py`` add them, so crash-safe checkpoints,
-exact resume and the non-finite guard hold for any config they run.
+exact resume and the non-finite guard hold for any config they run. The fragment is package data
+(the repo's ``configs/_base_/safe_runtime.py`` inherits it), so an installed lisa-mm needs no checkout.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os.path as osp
 
 from mmengine.config import Config
 
-FRAGMENT = osp.join(osp.dirname(osp.abspath(__file__)), '..', '..', '..', 'configs', '_base_', 'safe_runtime.py')
+FRAGMENT = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs', 'safe_runtime.py')
 
 
 def add_safe_runtime(cfg: Config, fragment: str = FRAGMENT, **safe_runtime) -> None:

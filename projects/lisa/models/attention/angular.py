@@ -11,7 +11,9 @@ from collections.abc import Sequence
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import KernelAttention, register_attention, split_heads
+from .base import KernelAttention
+from .layers import split_heads
+from .registry import register_attention
 
 #: ``'kernel'``: the row-normalised linear angular kernel; ``'castling'``: Castling-ViT's published module.
 ANGULAR_FORMS = ('kernel', 'castling')

@@ -17,16 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import (
-    check_heads,
-    check_tokens,
-    merge_heads,
-    merge_partitions,
-    pad_grid,
-    partition,
-    register_attention,
-    split_heads,
-)
+from .layers import check_heads, check_tokens, merge_heads, merge_partitions, pad_grid, partition, split_heads
+from .registry import register_attention
 
 
 def _check_odd(name: str, value: int) -> None:

@@ -5,7 +5,8 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
-from .base import KernelAttention, register_attention
+from .base import KernelAttention
+from .registry import register_attention
 
 
 def linear_attention(q: Tensor, k: Tensor, v: Tensor, eps: float) -> Tensor:

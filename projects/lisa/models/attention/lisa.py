@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import KernelAttention, register_attention
+from .base import KernelAttention
 from .local import neighbourhood_attention, neighbourhood_attention_reference
+from .registry import register_attention
 from .walk import geometric_weights, random_walk, random_walk_reference, transition_factors, untruncated_walk
 
 STEP_WEIGHTS = ('adaptive', 'geometric')

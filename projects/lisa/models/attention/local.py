@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator, Sequence
-from typing import Callable
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F

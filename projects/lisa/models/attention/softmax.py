@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import check_heads, check_tokens, merge_heads, register_attention, split_heads
+from .layers import check_heads, check_tokens, merge_heads, split_heads
+from .registry import register_attention
 
 
 @register_attention('softmax')

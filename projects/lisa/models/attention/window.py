@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import check_heads, merge_partitions, pad_grid, partition, register_attention
+from .layers import check_heads, merge_partitions, pad_grid, partition
+from .registry import register_attention
 
 
 def roll_grid(x: Tensor, shift: int) -> Tensor:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from fnmatch import fnmatch
 from typing import ClassVar
 
+import torch
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmcv.cnn.bricks.transformer import FFN
@@ -37,7 +38,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..attention import ATTENTIONS, build_attention, check_attention_type
-from ..attention.base import resize_grid, static_sizes
+from ..attention.layers import resize_grid, static_sizes
 from .loading import adapt_state_dict, load_pretrained
 
 
@@ -210,6 +211,18 @@ def build_blocks(attn_cfgs: Sequence[Mapping], dim: int, num_heads: int, ffn_cha
             raise type(e)(f'{where}block {j}: attention {dict(cfg)}: {e}') from e
         blocks.append(block(dim, attn, ffn_channels, drop_rate, rate, act_cfg, norm_cfg, with_cp))
     return blocks
+
+
+def stage_drop_path_rates(drop_path_rate: float, depths: Sequence[int]) -> list[list[float]]:
+    """Stochastic depth rising linearly over all blocks of all stages, split per stage.
+
+    Block ``b`` (counted over every stage, ``B = sum(depths)`` in all) drops its residual branches
+    with probability ``drop_path_rate * b / (B - 1)``; stage ``i`` gets the rates of its ``depths[i]``
+    blocks (the schedule of PVT, Swin and BiFormer).
+    """
+    rates = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+    starts = [sum(depths[:i]) for i in range(len(depths))]
+    return [rates[start:start + depth] for start, depth in zip(starts, depths, strict=True)]
 
 
 def nlc_to_nchw(x: Tensor, hw_shape: Sequence[int]) -> Tensor:

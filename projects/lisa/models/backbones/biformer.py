@@ -25,11 +25,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-import torch
 from mmcv.cnn import build_norm_layer
 from torch import Tensor, nn
 
-from .base import LiSABackbone, TransformerBlock, build_blocks, nlc_to_nchw, to_pair
+from .base import LiSABackbone, TransformerBlock, build_blocks, nlc_to_nchw, stage_drop_path_rates, to_pair
 
 #: BiFormer: BRA with 7 x 7 regions and top-k 1, 4, 16; global attention with LePE in stage 4.
 BRA_ATTN_CFGS = [dict(type='bra', n_win=7, topk=k) for k in (1, 4, 16)] + [dict(type='lepe', qkv_bias=False)]
@@ -144,11 +143,10 @@ class LiSABiFormer(LiSABackbone):
         stem = nn.Sequential(*stem, nn.GELU(), *_conv_bn(dims[0] // 2, dims[0], conv_norm_cfg))
         self.downsample_layers = nn.ModuleList(
             [stem] + [nn.Sequential(*_conv_bn(dims[i], dims[i + 1], conv_norm_cfg)) for i in range(num_stages - 1)])
-        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
         grid = tuple(-(-s // 4) for s in to_pair(pretrain_img_size, 'pretrain_img_size'))
         self.stages = nn.ModuleList()
-        for i, (dim, depth, heads, mlp_ratio) in enumerate(zip(*(settings[k] for k in self.arch_keys))):
-            rates = dpr[sum(depths[:i]):sum(depths[:i + 1])]
+        for i, (dim, depth, heads, mlp_ratio, rates) in enumerate(
+                zip(*(settings[k] for k in self.arch_keys), stage_drop_path_rates(drop_path_rate, depths))):
             self.stages.append(nn.ModuleList(build_blocks(
                 [attn_cfgs[i]] * depth, dim, heads, int(mlp_ratio * dim), rates, f'stage {i}, ', qkv_bias=qkv_bias,
                 attn_drop=attn_drop_rate, drop_rate=drop_rate, pos_shape=grid, norm_cfg=norm_cfg, with_cp=with_cp,

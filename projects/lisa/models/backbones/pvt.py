@@ -33,6 +33,7 @@ from .base import (
     reject_unsupported,
     resize_grid_tokens,
     set_attn_arg,
+    stage_drop_path_rates,
     to_pair,
 )
 
@@ -199,13 +200,12 @@ class LiSAPVT(LiSABackbone):
         attn_cfgs = self.check_stage_args(num_stages, out_indices, frozen_stages, attn_cfgs)
         grid = to_pair(pretrain_img_size, 'pretrain_img_size')
         depths = settings['depths']
-        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
         self.stages = nn.ModuleList()
-        for i, (dim, depth, heads, mlp_ratio, patch, pad) in enumerate(
-                zip(*(settings[k] for k in self.arch_keys), patch_sizes, paddings)):
+        for i, (dim, depth, heads, mlp_ratio, patch, pad, rates) in enumerate(zip(
+                *(settings[k] for k in self.arch_keys), patch_sizes, paddings,
+                stage_drop_path_rates(drop_path_rate, depths))):
             pos_shape = grid = tuple(math.ceil(g / patch) if pad == 'corner' else (g + 2 * pad - patch) // patch + 1
                                      for g in grid)
-            rates = dpr[sum(depths[:i]):sum(depths[:i + 1])]
             blocks = build_blocks([attn_cfgs[i]] * depth, dim, heads, int(mlp_ratio * dim), rates, f'stage {i}, ',
                                   qkv_bias=qkv_bias, attn_drop=attn_drop_rate, drop_rate=drop_rate,
                                   pos_shape=pos_shape, act_cfg=act_cfg, norm_cfg=norm_cfg, with_cp=with_cp)

@@ -19,7 +19,6 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-import torch
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
 from torch import Tensor, nn
@@ -33,6 +32,7 @@ from .base import (
     pretrained_to_init_cfg,
     reject_unsupported,
     set_attn_arg,
+    stage_drop_path_rates,
     to_pair,
 )
 
@@ -217,10 +217,9 @@ class LiSASwinTransformer(LiSABackbone):
                                       padding='corner', norm_cfg=patch_norm_cfg)
         self.drop_after_pos = nn.Dropout(drop_rate)
         grid = [math.ceil(s / patch_size) for s in to_pair(pretrain_img_size, 'pretrain_img_size')]
-        dpr = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
         self.stages = nn.ModuleList()
-        for i, (dim, depth, heads) in enumerate(zip(self.num_features, depths, num_heads)):
-            rates = dpr[sum(depths[:i]):sum(depths[:i + 1])]
+        for i, (dim, depth, heads, rates) in enumerate(
+                zip(self.num_features, depths, num_heads, stage_drop_path_rates(drop_path_rate, depths))):
             blocks = build_blocks([attn_cfgs[i]] * depth, dim, heads, int(mlp_ratio * dim), rates, f'stage {i}, ',
                                   qkv_bias=qkv_bias, attn_drop=attn_drop_rate, drop_rate=drop_rate, pos_shape=grid,
                                   act_cfg=act_cfg, norm_cfg=norm_cfg, with_cp=with_cp)

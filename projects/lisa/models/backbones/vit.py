@@ -22,7 +22,7 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed
 from torch import Tensor, nn
 
-from ..attention.base import PositionalEncoding
+from ..attention.layers import PositionalEncoding
 from .base import (
     LiSABackbone,
     accepts_upstream_args,
