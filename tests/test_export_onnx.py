@@ -75,14 +75,6 @@ def test_legacy_exporter_refuses_the_fused_kernel_instead_of_dropping_it(tmp_pat
                           opset_version=17, input_names=['x'], dynamic_axes={'x': {2: 'h', 3: 'w'}})
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('variant', ['lisa-local-only', 'lisa-global-only'])
-def test_dynamo_exporter_fails_loudly_on_the_fast_implementation(variant, tmp_path):
-    """Without the switch to the reference implementation the custom ops have no ONNX translation."""
-    with torch.no_grad(), pytest.raises(Exception, match=r"No ONNX function found for <OpOverload\(op='lisa\."):
-        torch.onnx.export(OnGrid(VARIANTS[variant]), (torch.randn(1, 3, 5, 7), ), dynamo=True, opset_version=18)
-
-
 def fpn_args(tmp_path: Path) -> list[str]:
     """The Table 3 LiSA-PVT-T Semantic FPN config with one block per stage (a shorter export)."""
     config = tmp_path / 'fpn_lisa-pvt-t_1-block.py'
