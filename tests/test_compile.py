@@ -137,8 +137,8 @@ def test_traced_lisa_layer_saves_loads_and_computes_as_eager():
 
 @pytest.mark.parametrize('name', ['lisa', 'lisa-local-only'])
 def test_exported_lisa_layer_computes_as_eager(name):
-    """``torch.export`` keeps the custom ops in the graph (their fake implementations give the
-    shapes): the exported program computes the layer, not an empty placeholder."""
+    """Under ``torch.export`` the layer traces its reference math in place of the custom ops
+    (tests/test_export_plain.py): the exported program computes the layer."""
     m = attention(ATTENTION_CFGS[name]).eval()
     x = tokens((5, 3))
     program = torch.export.export(OnGrid(m), (x,))

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from projects.lisa import deploy
 from projects.lisa.models.attention import build_attention, local
 
 ort = pytest.importorskip('onnxruntime')
@@ -57,8 +58,8 @@ class OnGrid(nn.Module):
 @pytest.mark.parametrize('variant', list(VARIANTS))
 def test_every_attention_variant_exports_with_dynamic_sizes_and_matches_eager(variant, tmp_path):
     model = OnGrid(VARIANTS[variant])
-    export_onnx.export(model, (5, 7), tmp_path / 'unit.onnx', opset=18)
-    errors = export_onnx.relative_errors(model, tmp_path / 'unit.onnx', [(5, 7), (8, 3)])  # export size, another
+    deploy.export(model, (5, 7), tmp_path / 'unit.onnx', opset=18)
+    errors = deploy.relative_errors(model, tmp_path / 'unit.onnx', [(5, 7), (8, 3)])  # export size, another
     assert max(e for _, _, e in errors) < 1e-4, errors
 
 
@@ -73,14 +74,6 @@ def test_legacy_exporter_refuses_the_fused_kernel_instead_of_dropping_it(tmp_pat
                                         match='lisa::(kernel_features|neighbourhood)'):
         torch.onnx.export(model, (torch.randn(1, 3, 5, 7), ), str(tmp_path / 'legacy.onnx'), dynamo=False,
                           opset_version=17, input_names=['x'], dynamic_axes={'x': {2: 'h', 3: 'w'}})
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize('variant', ['lisa-local-only', 'lisa-global-only'])
-def test_dynamo_exporter_fails_loudly_on_the_fast_implementation(variant, tmp_path):
-    """Without the switch to the reference implementation the custom ops have no ONNX translation."""
-    with torch.no_grad(), pytest.raises(Exception, match=r"No ONNX function found for <OpOverload\(op='lisa\."):
-        torch.onnx.export(OnGrid(VARIANTS[variant]), (torch.randn(1, 3, 5, 7), ), dynamo=True, opset_version=18)
 
 
 def fpn_args(tmp_path: Path) -> list[str]:
@@ -124,7 +117,7 @@ def test_symbolic_adaptive_pooling_computes_adaptive_average_pooling(output_size
     """UperNet's pyramid pooling, rewritten for export, gives torch's adaptive means at every size
     (sizes that do not divide, and inputs smaller than the output)."""
     model = nn.Sequential(nn.AdaptiveAvgPool2d(output_size))
-    export_onnx.symbolic_adaptive_pooling(model)
+    deploy.symbolic_adaptive_pooling(model)
     for h, w in [(2, 2), (3, 4), (7, 5), (13, 17), (1, 9)]:
         x = torch.randn(2, 3, h, w)
         torch.testing.assert_close(model(x), F.adaptive_avg_pool2d(x, output_size), rtol=1e-6, atol=1e-6)

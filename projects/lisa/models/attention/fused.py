@@ -25,9 +25,12 @@ except ImportError:
 
 def available(kernel: object, *tensors: Tensor) -> bool:
     """Whether the fused CPU ``kernel`` (:data:`CPU_KERNEL` or :data:`WALK_KERNEL`, read by the caller,
-    None where not built) can run on ``tensors``: CPU, float32/float64, no autocast."""
+    None where not built) can run on ``tensors``: CPU, float32/float64, no autocast, not under
+    ``torch.export`` (which ``torch.onnx.export(..., dynamo=True)`` runs): an exported graph holds
+    plain tensor operations, which every exporter and runtime can represent, not the ``lisa::`` ops."""
     return (kernel is not None and all(t.device.type == 'cpu' and t.dtype in (torch.float32, torch.float64)
-                                       for t in tensors) and not torch.is_autocast_enabled('cpu'))
+                                       for t in tensors) and not torch.is_autocast_enabled('cpu')
+            and not torch.compiler.is_exporting())
 
 
 @torch.library.custom_op('lisa::depthwise_conv', mutates_args=(), schema=(

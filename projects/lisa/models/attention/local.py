@@ -46,11 +46,17 @@ def neighbourhood_attention(
     row blocks that stay in cache across the offsets. Both keep q, k, v and
     the ``k*k`` weights per token for backward and gather each token's
     gradients from its neighbours (no scatter), so the result does not depend
-    on the number of threads. The branch runs in float32 at least (exp of
+    on the number of threads. Under ``torch.export`` (and so
+    ``torch.onnx.export(..., dynamo=True)``) the reference is traced instead,
+    since no exporter can represent the custom ops. The branch runs in float32 at least (exp of
     large similarities under fp16/bf16); the output has ``v``'s dtype.
     """
     dtype = torch.promote_types(torch.promote_types(q.dtype, v.dtype), torch.float32)
     out_dtype = v.dtype
+    if torch.compiler.is_exporting():  # torch.export / ONNX: the definition, in exportable tensor operations
+        out = neighbourhood_attention_reference(q.to(dtype), k.to(dtype), v.to(dtype), hw_shape, scale, kernel_size,
+                                                None if out_scale is None else out_scale.to(dtype), num_prefix_tokens)
+        return out.to(out_dtype)
     # (B, h, N, d) as it is: the ops return gradients in that shape, which autograd can add
     # the other branches' gradients to in place (not to a view of a reshaped tensor).
     q, k, v = (t.to(dtype).contiguous() for t in (q, k, v))

@@ -25,7 +25,9 @@ in a few lines of tensor code, differentiated by autograd. :func:`random_walk`
 is the fast path the models run by default: the same forward with an
 analytic backward, as the registered custom op ``lisa::random_walk`` (so
 ``torch.compile`` traces it); the tests hold it to the reference in float64,
-forward and gradients. T = infinity has one implementation,
+forward and gradients. Under ``torch.export`` (and so ``torch.onnx.export(...,
+dynamo=True)``) :func:`random_walk` traces the reference, since no exporter can
+represent the custom op. T = infinity has one implementation,
 :func:`untruncated_walk`, plain tensor code.
 """
 from __future__ import annotations
@@ -92,6 +94,8 @@ def random_walk(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) ->
     if num_steps == 1:
         return v * weights.to(v.dtype)
     dtype = compute_dtype(q, k, v)
+    if torch.compiler.is_exporting():  # torch.export / ONNX: the definition, in exportable tensor operations
+        return random_walk_reference(q.to(dtype), k.to(dtype), v.to(dtype), weights.to(dtype), eps).to(v.dtype)
     weights = weights.reshape((1,) * (4 - weights.dim()) + weights.shape)
     with torch.autocast(q.device.type, enabled=False):
         out = torch.ops.lisa.random_walk(q.to(dtype), k.to(dtype), v.to(dtype), weights.to(dtype), eps)[0]
@@ -308,11 +312,30 @@ def untruncated_walk(q_hat: Tensor, k_bar: Tensor, v: Tensor, beta: float) -> Te
 
     a d x d solve. ``I_d - beta K^T Q~`` is invertible for beta < 1 because
     ``K^T Q~`` shares the non-zero spectrum of ``S`` (radius <= 1). The solve
-    runs in float32 at least.
+    runs in float32 at least; in an ONNX export (which has no solve) by :func:`solve_unpivoted`.
     """
     a = k_bar.transpose(-2, -1) @ q_hat
     m = k_bar.transpose(-2, -1) @ v
     dtype = torch.promote_types(a.dtype, torch.float32)
     eye = torch.eye(a.shape[-1], dtype=dtype, device=a.device)
-    x = torch.linalg.solve(eye - beta * a.to(dtype), m.to(dtype)).to(v.dtype)
+    solve = solve_unpivoted if torch.onnx.is_in_onnx_export() else torch.linalg.solve
+    x = solve(eye - beta * a.to(dtype), m.to(dtype)).to(v.dtype)
     return (1 - beta) * (v + beta * (q_hat @ x))
+
+
+def solve_unpivoted(a: Tensor, b: Tensor) -> Tensor:
+    """``torch.linalg.solve(a, b)`` by Gauss-Jordan elimination of ``[a | b]`` without pivoting,
+    unrolled over the static size ``d`` of ``a (..., d, d)``: plain tensor operations, for ONNX.
+
+    Step i divides row i by its pivot ``a_ii`` and subtracts ``a_ji`` times it from every other
+    row j. :func:`untruncated_walk` solves with ``I - beta K^T Q~``, a nonsingular M-matrix
+    (``K^T Q~ >= 0`` has spectral radius <= 1, ``beta < 1``): its pivots stay positive and the
+    elimination without pivoting is stable.
+    """
+    d = a.shape[-1]
+    eye = torch.eye(d, dtype=a.dtype, device=a.device)
+    m = torch.cat([a, b], dim=-1)                                  # (..., d, d + k)
+    for i in range(d):
+        row = m[..., i:i + 1, :] / m[..., i:i + 1, i:i + 1]        # row i / a_ii
+        m = m - (m[..., :, i:i + 1] - eye[:, i:i + 1]) * row       # row i becomes row / a_ii, column i -> e_i
+    return m[..., d:]

@@ -1,0 +1,116 @@
+"""ONNX export of a segmentor (to its logits) or a detector's backbone + neck, checked by onnxruntime.
+
+What is exported, from the image batch ``input (B, 3, H, W)`` (normalised, as the data
+preprocessor leaves it), with its height and width dynamic:
+
+* a segmentor (mmseg ``EncoderDecoder``: Semantic FPN, UperNet): the whole network up to the
+  decode head's logits ``seg_logits (B, classes, H/4, W/4)``, before resizing and argmax;
+* a detector (mmdet): ``backbone + neck``, the multi-scale features ``feat0 .. featK``. The
+  rest of a two-stage detector (proposal NMS, RoI Align) are mmcv's compiled ops, which
+  torch's exporter cannot trace.
+
+The exporter is the one torch recommends, ``torch.onnx.export(..., dynamo=True)``
+(``torch.export`` then ONNX translation); LiSA's attentions trace plain tensor operations
+while exporting, so nothing is switched beforehand.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .rewrites import symbolic_adaptive_pooling, symbolic_upsampling
+
+
+class SegmentorLogits(nn.Module):
+    """An mmseg ``EncoderDecoder`` from the input batch to the decode head's logits."""
+
+    output_names = ('seg_logits', )
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.model._forward(x)
+
+
+class DetectorFeatures(nn.Module):
+    """An mmdet detector's ``backbone + neck``: its multi-scale features."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.output_names = tuple(f'feat{i}' for i in range(model.neck.num_outs))
+
+    def forward(self, x: Tensor) -> tuple[Tensor, ...]:
+        return tuple(self.model.extract_feat(x))
+
+
+def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = None) -> nn.Module:
+    """The config's model in eval mode, SyncBN reverted to BN, its sizes symbolic
+    (:mod:`.rewrites`), wrapped for export (:class:`SegmentorLogits`, :class:`DetectorFeatures`)."""
+    from mmengine.config import Config
+    from mmengine.model import revert_sync_batchnorm
+    from mmengine.registry import MODELS, init_default_scope
+
+    from projects.lisa.models.backbones.loading import load_checkpoint_strictly
+
+    cfg = Config.fromfile(config)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    scope = cfg.get('default_scope', 'mmseg')
+    init_default_scope(scope)
+    cfg.model.pop('pretrained', None)
+    cfg.model.backbone.init_cfg = None  # the backbone's ImageNet weights are not needed: CKPT or random
+    model = MODELS.build(cfg.model)
+    if checkpoint is None:
+        model.init_weights()
+    else:
+        load_checkpoint_strictly(model, checkpoint)  # every tensor loaded, or IncompleteCheckpointError
+    model = revert_sync_batchnorm(model).eval()
+    symbolic_adaptive_pooling(model)
+    if scope == 'mmseg':
+        symbolic_upsampling(model)
+        return SegmentorLogits(model).eval()
+    if scope == 'mmdet':
+        return DetectorFeatures(model).eval()
+    raise ValueError(f'default_scope={scope!r}: expected an mmseg segmentor or an mmdet detector')
+
+
+def export(model: nn.Module, shape: tuple[int, int], path: Path, opset: int, batch: int = 1) -> None:
+    """Export ``model`` (with ``output_names``) by the dynamo exporter at input ``(batch, 3, *shape)``,
+    height and width dynamic, to ``path`` (weights inside the file)."""
+    x = torch.randn(batch, 3, *shape)
+    dynamic = {'x': {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
+    with torch.no_grad():
+        program = torch.onnx.export(model, (x, ), dynamo=True, opset_version=opset, dynamic_shapes=dynamic,
+                                    input_names=['input'], output_names=list(model.output_names))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    program.save(str(path), external_data=False)
+
+
+def relative_errors(model: nn.Module, path: Path, shapes: list[tuple[int, int]], batch: int = 1,
+                    seed: int = 0) -> list[tuple[tuple[int, int], str, float]]:
+    """``max |onnx - eager| / max |eager|`` per input shape and output, onnxruntime vs eager
+    (``inf`` where the shapes differ)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    generator = torch.Generator().manual_seed(seed)
+    errors = []
+    for shape in shapes:
+        x = torch.randn(batch, 3, *shape, generator=generator)
+        with torch.no_grad():
+            eager = model(x)
+        eager = eager if isinstance(eager, tuple) else (eager, )
+        outs = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        for name, ref, out in zip(model.output_names, eager, outs):
+            ref = ref.numpy()
+            if out.shape != ref.shape:
+                errors.append((shape, name, float('inf')))
+                continue
+            errors.append((shape, name, float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30))))
+    return errors
