@@ -7,34 +7,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_export_onnx import OnGrid  # a LiSA layer on an image grid, parameters off their init
 from torch import nn
 
-from projects.lisa.models.attention import build_attention, fused
+from projects.lisa.models.attention import fused
 from projects.lisa.models.attention.walk import solve_unpivoted
 from projects.lisa.models.backbones import LiSAPVT
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
-
-
-class OnGrid(nn.Module):
-    """A LiSA layer on the grid of an image (1x1 conv to 16 channels, a class token in front), its
-    parameters away from their initial values (alpha = 0.5, a zero step MLP)."""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__()
-        self.embed = nn.Conv2d(3, 16, 1)
-        self.cls = nn.Parameter(torch.randn(1, 1, 16))
-        self.attn = build_attention(dict(type='lisa', **kwargs), 16, 2, num_prefix_tokens=1, pos_shape=(4, 6))
-        with torch.no_grad():
-            for p in self.attn.parameters():
-                p.add_(0.3 * torch.randn_like(p))
-        self.eval()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.embed(x)
-        tokens = torch.cat([self.cls.expand(x.shape[0], -1, -1), x.flatten(2).transpose(1, 2)], dim=1)
-        return self.attn(tokens, x.shape[2:])
 
 
 def small_pvt() -> nn.Module:
@@ -67,7 +48,7 @@ def as_list(out) -> list[torch.Tensor]:
 def test_torch_export_of_a_lisa_layer_holds_no_custom_op_and_computes_as_eager(kwargs):
     """Eagerly the layer runs the ``lisa::`` ops; the exported program computes the same in plain
     tensor operations, at the traced size and (dynamic height and width) at another."""
-    model = OnGrid(**kwargs)
+    model = OnGrid(dict(type='lisa', **kwargs))
     x = torch.randn(1, 3, 5, 7)
     dynamic = {'x': {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
     program = torch.export.export(model, (x, ), dynamic_shapes=dynamic)
@@ -125,7 +106,7 @@ def test_plain_onnx_export_of_a_lisa_layer_runs_on_onnxruntime_as_eager(kwargs):
     """The defect of issue 26: this call failed with ``No ONNX function found for
     <OpOverload(op='lisa.kernel_features')>`` (and T = infinity on ``aten.linalg_solve``).
     About 10 s each."""
-    model = OnGrid(**kwargs)
+    model = OnGrid(dict(type='lisa', **kwargs))
     x = torch.randn(1, 3, 5, 7)
     at = [x, torch.randn(1, 3, 8, 3)]
     outs = onnx_outputs(model, x, at, dynamic_shapes={'x': {2: torch.export.Dim.DYNAMIC,
