@@ -2,30 +2,29 @@
 walk's token-wise passes; the kernel attentions' depthwise conv and features); the metadata is in setup.cfg.
 
 Needs torch at build time: ``pip install --no-build-isolation -e .`` (as
-``tools/install.sh`` does). Without the kernels the same math runs in tensor
-operations (same results, slower on the CPU).
+``tools/install.sh`` does). ``LISA_WITH_KERNELS=0`` builds the package without them (no compiler
+needed, as mmcv's ``MMCV_WITH_OPS=0``); the same math then runs in tensor operations (same results,
+slower on the CPU).
 """
+import os
+
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
+WITH_KERNELS = os.environ.get('LISA_WITH_KERNELS', '1')
+if WITH_KERNELS not in ('0', '1'):
+    raise SystemExit(f"LISA_WITH_KERNELS={WITH_KERNELS!r}: use '1' (build the CPU kernels, the default) or '0'")
+
+
+def kernel(name: str) -> CppExtension:
+    """``projects.lisa.models.attention._<name>_cpu`` from ``csrc/<name>_cpu.cpp``; -fopenmp because
+    at::parallel_for is OpenMP in torch's CPU builds."""
+    return CppExtension(f'projects.lisa.models.attention._{name}_cpu',
+                        [f'projects/lisa/models/attention/csrc/{name}_cpu.cpp'],
+                        extra_compile_args=['-O3', '-fopenmp'], extra_link_args=['-fopenmp'])
+
+
 setup(
-    ext_modules=[
-        CppExtension(
-            'projects.lisa.models.attention._neighbourhood_cpu',
-            ['projects/lisa/models/attention/csrc/neighbourhood_cpu.cpp'],
-            # -fopenmp: at::parallel_for is OpenMP in torch's CPU builds.
-            extra_compile_args=['-O3', '-fopenmp'],
-            extra_link_args=['-fopenmp']),
-        CppExtension(
-            'projects.lisa.models.attention._features_cpu',
-            ['projects/lisa/models/attention/csrc/features_cpu.cpp'],
-            extra_compile_args=['-O3', '-fopenmp'],
-            extra_link_args=['-fopenmp']),
-        CppExtension(
-            'projects.lisa.models.attention._walk_cpu',
-            ['projects/lisa/models/attention/csrc/walk_cpu.cpp'],
-            extra_compile_args=['-O3', '-fopenmp'],
-            extra_link_args=['-fopenmp']),
-    ],
+    ext_modules=[kernel(name) for name in ('neighbourhood', 'features', 'walk')] if WITH_KERNELS == '1' else [],
     cmdclass={'build_ext': BuildExtension},
 )

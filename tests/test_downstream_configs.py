@@ -88,17 +88,18 @@ def test_config_starts_with_custom_imports_and_inherits_an_mm_base_through_its_s
     code = [line for line in text.splitlines() if line and not line.startswith('#')]
     assert code[0] == "custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)"
     chain, todo = [], [path]
-    while todo:  # follow the local _base_ files (rows and the project's fragments) to the mm scope
+    while todo:  # follow the local _base_ files (rows, the project's and the package's fragments) to the mm scope
         current = todo.pop()
         bases = Config._get_base_files(str(current))
-        chain += [str((current.parent / b).resolve().relative_to(ROOT / 'configs')) if '::' not in b else b
+        chain += [str((current.parent / b).resolve().relative_to(ROOT)) if '::' not in b else b
                   for b in bases]
         todo += [current.parent / b for b in bases if '::' not in b]
     scope, family, _ = ROWS[path]
     assert chain and all('::' not in b or b.startswith(f'{scope}::') for b in chain)
     assert any(b.startswith(f'{scope}::') for b in chain)
     # the project's runtime layer (where the crash-safe runtime goes) and the shared fragments
-    assert {'_base_/lisa_runtime.py', f'_base_/models/{family}.py', '_base_/no_weight_decay.py'} <= set(chain)
+    assert {'configs/_base_/lisa_runtime.py', f'configs/_base_/models/{family}.py', 'configs/_base_/no_weight_decay.py',
+            'projects/lisa/configs/safe_runtime.py'} <= set(chain)
 
 
 @pytest.mark.slow
