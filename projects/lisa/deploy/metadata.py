@@ -44,11 +44,12 @@ class Metadata:
     @classmethod
     def from_props(cls, props: dict[str, str], source: str) -> Metadata:
         """Read back :meth:`to_props`; :class:`MetadataError` naming ``source`` if a key is missing."""
-        missing = [f.name for f in dataclasses.fields(cls) if f.name not in props]
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [name for name in names if name not in props]
         if missing:
-            raise MetadataError(f'{source} carries no inference metadata (missing {", ".join(missing)}): '
-                                're-export it with tools/export_onnx.py')
-        values = {f.name: json.loads(props[f.name]) for f in dataclasses.fields(cls)}
+            what = 'no' if missing == names else f'incomplete (no {", ".join(missing)})'
+            raise MetadataError(f'{source} carries {what} inference metadata: re-export it with tools/export_onnx.py')
+        values = {name: json.loads(props[name]) for name in names}
         for name in ('mean', 'std', 'classes'):
             values[name] = None if values[name] is None else tuple(values[name])
         values['palette'] = tuple(tuple(c) for c in values['palette'])
