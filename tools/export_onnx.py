@@ -4,7 +4,9 @@
 
 ``CKPT`` is a checkpoint of the config's model, or ``none`` for random
 weights. What is exported (a segmentor's logits, a detector's backbone + neck
-features, height and width dynamic) and how: :mod:`projects.lisa.deploy.onnx`.
+features, height and width dynamic) and how: :mod:`projects.lisa.deploy.onnx`. The file
+carries what inference needs besides the graph (normalisation, padding, classes, palette:
+:mod:`projects.lisa.deploy.metadata`), so ``tools/onnx_infer.py`` segments images from it alone.
 
 The exported file is then always run by onnxruntime at ``--shape`` and at
 ``--check-shape`` (default: 32 pixels taller and 64 wider) and compared with
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from projects.lisa.deploy import build_model, export, relative_errors
+from projects.lisa.deploy import build_model, export, inference_metadata, relative_errors
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -56,8 +58,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     torch.manual_seed(args.seed)
     model = build_model(args.config, args.checkpoint)
-    export(model, args.shape, args.out, args.opset)
-    print(f'exported {args.out} (opset {args.opset}, input height and width dynamic)')
+    metadata = inference_metadata(args.config)
+    export(model, args.shape, args.out, args.opset, metadata=metadata.to_props())
+    print(f'exported {args.out} (opset {args.opset}, input height and width dynamic, task {metadata.task}, '
+          f'{len(metadata.classes)} classes)')
     errors = relative_errors(model, args.out, [args.shape, args.check_shape], seed=args.seed)
     worst = max(e for _, _, e in errors)
     for shape, name, error in errors:

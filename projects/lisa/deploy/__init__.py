@@ -1,9 +1,13 @@
-"""Deployment: ONNX export of the dense models (:mod:`.onnx`), the rewrites that keep their sizes
-symbolic (:mod:`.rewrites`) and exportable stand-ins of mmcv's detection ops (:mod:`.nms`).
-LiSA's attentions export as they are (under ``torch.export`` they trace plain tensor operations,
-:mod:`projects.lisa.models.attention.fused`)."""
+"""Deployment: ONNX export of the dense models (:mod:`.onnx`) with what inference needs as the
+file's metadata (:mod:`.metadata`), segmentation from that file alone (:mod:`.infer`), the
+rewrites that keep their sizes symbolic (:mod:`.rewrites`) and exportable stand-ins of mmcv's
+detection ops (:mod:`.nms`). LiSA's attentions export as they are (under ``torch.export`` they
+trace plain tensor operations, :mod:`projects.lisa.models.attention.fused`)."""
+from .infer import OnnxSegmentor
+from .metadata import Metadata, MetadataError, inference_metadata
 from .onnx import DetectorFeatures, SegmentorLogits, build_model, export, relative_errors
 from .rewrites import pooling_matrix, symbolic_adaptive_pooling, symbolic_upsampling
 
-__all__ = ['DetectorFeatures', 'SegmentorLogits', 'build_model', 'export', 'relative_errors', 'pooling_matrix',
-           'symbolic_adaptive_pooling', 'symbolic_upsampling']
+__all__ = ['DetectorFeatures', 'Metadata', 'MetadataError', 'OnnxSegmentor', 'SegmentorLogits', 'build_model',
+           'export', 'inference_metadata', 'relative_errors', 'pooling_matrix', 'symbolic_adaptive_pooling',
+           'symbolic_upsampling']

@@ -80,14 +80,17 @@ def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = 
     raise ValueError(f'default_scope={scope!r}: expected an mmseg segmentor or an mmdet detector')
 
 
-def export(model: nn.Module, shape: tuple[int, int], path: Path, opset: int, batch: int = 1) -> None:
+def export(model: nn.Module, shape: tuple[int, int], path: Path, opset: int, batch: int = 1,
+           metadata: dict[str, str] | None = None) -> None:
     """Export ``model`` (with ``output_names``) by the dynamo exporter at input ``(batch, 3, *shape)``,
-    height and width dynamic, to ``path`` (weights inside the file)."""
+    height and width dynamic, to ``path`` (weights inside the file, ``metadata`` as its
+    ``metadata_props``: :meth:`.metadata.Metadata.to_props`)."""
     x = torch.randn(batch, 3, *shape)
     dynamic = {'x': {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
     with torch.no_grad():
         program = torch.onnx.export(model, (x, ), dynamo=True, opset_version=opset, dynamic_shapes=dynamic,
                                     input_names=['input'], output_names=list(model.output_names))
+    program.model.metadata_props.update(metadata or {})
     path.parent.mkdir(parents=True, exist_ok=True)
     program.save(str(path), external_data=False)
 

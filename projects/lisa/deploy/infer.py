@@ -1,0 +1,98 @@
+"""Semantic segmentation from an exported ONNX file alone: onnxruntime, numpy and the file's
+metadata (:mod:`.metadata`); the torch model is not built.
+
+An image goes the way mmseg's test takes it (``SegDataPreProcessor`` then
+``EncoderDecoder.predict``): channels swapped to RGB and normalised if the metadata says so,
+padded at the bottom and right to multiples of ``size_divisor`` with ``pad_val``, the logits
+resized bilinearly to the padded size, the padding cut off, argmax over the classes. The
+overlay is that of mmseg's ``SegLocalVisualizer`` without the label texts.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .metadata import Metadata, MetadataError
+
+ROWS_PER_BLOCK = 64  # rows of the resized logits held at once (150 classes x 64 x 2048 floats: 79 MB)
+
+
+class OnnxSegmentor:
+    """An exported segmentor (``tools/export_onnx.py``) run by onnxruntime on the CPU."""
+
+    def __init__(self, path: str | Path) -> None:
+        import onnxruntime as ort
+        self.path = path
+        try:
+            self.session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+        except ort.capi.onnxruntime_pybind11_state.InvalidProtobuf as error:
+            raise MetadataError(f'{path} is not an ONNX model ({error})') from None
+        self.metadata = Metadata.from_props(self.session.get_modelmeta().custom_metadata_map, str(path))
+        if self.metadata.task != 'segmentation':
+            raise MetadataError(f"{path} holds task {self.metadata.task!r}; only 'segmentation' models run here "
+                                '(a detector exports its backbone + neck features, not detections)')
+
+    def preprocess(self, image: np.ndarray) -> np.ndarray:
+        """The model's input ``(1, 3, H', W')`` (float32) for a BGR ``(H, W, 3)`` image, as mmseg's
+        ``SegDataPreProcessor`` makes it, padded to multiples of ``size_divisor``."""
+        m = self.metadata
+        x = image[..., ::-1] if m.bgr_to_rgb else image
+        x = x.astype(np.float32)
+        if m.mean is not None:
+            x = (x - np.float32(m.mean)) / np.float32(m.std)
+        if m.size_divisor:
+            h, w = image.shape[:2]
+            pad = (-h % m.size_divisor, -w % m.size_divisor)
+            x = np.pad(x, ((0, pad[0]), (0, pad[1]), (0, 0)), constant_values=m.pad_val)
+        return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        """The label map ``(H, W)`` (int64, class indices) of a BGR ``(H, W, 3)`` image."""
+        x = self.preprocess(image)
+        logits = self.session.run(None, {self.session.get_inputs()[0].name: x})[0][0]
+        if logits.shape[0] != len(self.metadata.classes):
+            raise MetadataError(f'{self.path} gives {logits.shape[0]} logit channels for {len(self.metadata.classes)} '
+                                'classes (a binary out_channels=1 head is not supported)')
+        return upsample_argmax(logits, x.shape[2:], image.shape[:2], self.metadata.align_corners)
+
+
+def linear_taps(size_in: int, size_out: int, align_corners: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Source indices ``i0, i1`` and weight of ``i1`` for each output position of a linear resize
+    from ``size_in`` to ``size_out``, as torch's ``F.interpolate(size=...)`` computes them."""
+    out = np.arange(size_out, dtype=np.float64)
+    if align_corners:
+        src = out * ((size_in - 1) / (size_out - 1) if size_out > 1 else 0.0)
+    else:
+        src = np.maximum((out + 0.5) * (size_in / size_out) - 0.5, 0.0)
+    i0 = np.minimum(np.floor(src).astype(np.int64), size_in - 1)
+    return i0, np.minimum(i0 + 1, size_in - 1), (src - i0).astype(np.float32)
+
+
+def upsample_argmax(logits: np.ndarray, size: tuple[int, int], crop: tuple[int, int],
+                    align_corners: bool) -> np.ndarray:
+    """Argmax over the classes of ``logits (C, h, w)`` resized bilinearly to ``size``, of its top
+    left ``crop`` only, a block of rows at a time (the resized logits may not fit in memory)."""
+    (y0, y1, wy), (x0, x1, wx) = (linear_taps(n, m, align_corners) for n, m in zip(logits.shape[1:], size))
+    y0, y1, wy = y0[:crop[0]], y1[:crop[0]], wy[:crop[0], None]
+    cols = logits[:, :, x0[:crop[1]]] * (1 - wx[:crop[1]]) + logits[:, :, x1[:crop[1]]] * wx[:crop[1]]
+    labels = np.empty(crop, dtype=np.int64)
+    for start in range(0, crop[0], ROWS_PER_BLOCK):
+        rows = slice(start, start + ROWS_PER_BLOCK)
+        labels[rows] = (cols[:, y0[rows]] * (1 - wy[rows]) + cols[:, y1[rows]] * wy[rows]).argmax(0)
+    return labels
+
+
+def blend(image: np.ndarray, labels: np.ndarray, palette: tuple[tuple[int, int, int], ...],
+          opacity: float) -> np.ndarray:
+    """``image`` (uint8, the palette's channel order) with each pixel's class colour laid over it at
+    ``opacity``, as ``SegLocalVisualizer(alpha=opacity)`` draws a prediction (``with_labels=False``)."""
+    mask = np.asarray(palette, dtype=np.uint8)[labels]
+    return (image * (1 - opacity) + mask * opacity).astype(np.uint8)
+
+
+def class_shares(labels: np.ndarray, classes: tuple[str, ...]) -> list[tuple[str, float]]:
+    """``(class, share of the pixels)`` of the classes present, the largest share first."""
+    counts = np.bincount(labels.ravel(), minlength=len(classes))
+    order = np.argsort(-counts, kind='stable')
+    return [(classes[i], float(counts[i] / labels.size)) for i in order if counts[i]]

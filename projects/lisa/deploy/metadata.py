@@ -1,0 +1,96 @@
+"""What inference from an exported ONNX file needs besides the graph, stored in the file's
+``metadata_props`` (ONNX's key/value metadata, one JSON value per key).
+
+The graph maps a normalised image batch to logits (:mod:`.onnx`); to run it on an image one
+needs the data preprocessor's normalisation (``mean``, ``std``, ``bgr_to_rgb``), what the sides
+must be multiples of and the value padding them (``size_divisor``, ``pad_val``), how the decode
+head resizes its logits (``align_corners``), the dataset's ``classes`` and ``palette``, and the
+``task`` (``'segmentation'``, or ``'detector-features'`` for a detector's backbone + neck).
+:func:`inference_metadata` reads them from the config; :meth:`Metadata.from_props` reads them
+back with json alone (no torch, no OpenMMLab import).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+TASKS = {'mmseg': 'segmentation', 'mmdet': 'detector-features'}
+
+
+class MetadataError(ValueError):
+    """An ONNX file without (complete) inference metadata."""
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """Inference metadata of an exported model (see the module docstring)."""
+
+    task: str
+    mean: tuple[float, ...] | None
+    std: tuple[float, ...] | None
+    bgr_to_rgb: bool
+    size_divisor: int | None
+    pad_val: float
+    align_corners: bool
+    classes: tuple[str, ...]
+    palette: tuple[tuple[int, int, int], ...]
+
+    def to_props(self) -> dict[str, str]:
+        """The ``metadata_props`` of the ONNX file: each field as JSON."""
+        return {k: json.dumps(v) for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_props(cls, props: dict[str, str], source: str) -> Metadata:
+        """Read back :meth:`to_props`; :class:`MetadataError` naming ``source`` if a key is missing."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [name for name in names if name not in props]
+        if missing:
+            what = 'no' if missing == names else f'incomplete (no {", ".join(missing)})'
+            raise MetadataError(f'{source} carries {what} inference metadata: re-export it with tools/export_onnx.py')
+        values = {name: json.loads(props[name]) for name in names}
+        for name in ('mean', 'std', 'classes'):
+            values[name] = None if values[name] is None else tuple(values[name])
+        values['palette'] = tuple(tuple(c) for c in values['palette'])
+        return cls(**values)
+
+
+def inference_metadata(config: str | Path, cfg_options: dict | None = None) -> Metadata:
+    """The metadata of the config's model: its data preprocessor, decode head, test dataset
+    (built lazily, so mmseg's or mmdet's ``METAINFO`` and the config's ``metainfo`` resolve as
+    in testing: no data is read) and test pipeline."""
+    from mmengine.config import Config
+    from mmengine.registry import DATASETS, init_default_scope
+
+    cfg = Config.fromfile(str(config))
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    scope = cfg.get('default_scope', 'mmseg')
+    if scope not in TASKS:
+        raise ValueError(f'default_scope={scope!r}: expected an mmseg segmentor or an mmdet detector')
+    init_default_scope(scope)
+    prep = cfg.model.get('data_preprocessor', {})
+    dataset = DATASETS.build({**cfg.test_dataloader.dataset, 'lazy_init': True})
+    return Metadata(
+        task=TASKS[scope],
+        mean=None if prep.get('mean') is None else tuple(float(m) for m in prep['mean']),
+        std=None if prep.get('std') is None else tuple(float(s) for s in prep['std']),
+        bgr_to_rgb=bool(prep.get('bgr_to_rgb') or prep.get('rgb_to_bgr')),  # either swaps the channels
+        size_divisor=size_divisor(cfg),
+        pad_val=float(prep.get('pad_val', prep.get('pad_value', 0))),
+        align_corners=bool(cfg.model.get('decode_head', {}).get('align_corners', False)),
+        classes=tuple(dataset.metainfo['classes']),
+        palette=tuple(tuple(int(v) for v in c) for c in dataset.metainfo['palette']))
+
+
+def size_divisor(cfg) -> int | None:
+    """What the input's sides must be multiples of at test time: the data preprocessor's test
+    padding (mmseg ``test_cfg.size_divisor``, mmdet ``pad_size_divisor``), else the test
+    pipeline's (``AlignResize`` rounds every test image's sides up to multiples of it)."""
+    prep = cfg.model.get('data_preprocessor', {})
+    divisor = (prep.get('test_cfg') or {}).get('size_divisor') or prep.get('pad_size_divisor')
+    if divisor is None:
+        divisor = next((t['size_divisor'] for t in cfg.test_dataloader.dataset.get('pipeline', [])
+                        if 'size_divisor' in t), None)
+    return divisor
