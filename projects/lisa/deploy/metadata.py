@@ -60,16 +60,11 @@ def inference_metadata(config: str | Path, cfg_options: dict | None = None) -> M
     """The metadata of the config's model: its data preprocessor, decode head, test dataset
     (built lazily, so mmseg's or mmdet's ``METAINFO`` and the config's ``metainfo`` resolve as
     in testing: no data is read) and test pipeline."""
-    from mmengine.config import Config
-    from mmengine.registry import DATASETS, init_default_scope
+    from mmengine.registry import DATASETS
 
-    cfg = Config.fromfile(str(config))
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    scope = cfg.get('default_scope', 'mmseg')
-    if scope not in TASKS:
-        raise ValueError(f'default_scope={scope!r}: expected an mmseg segmentor or an mmdet detector')
-    init_default_scope(scope)
+    from .onnx import load_config  # torch and mmengine: not needed to read metadata back
+
+    cfg, scope = load_config(config, cfg_options)
     prep = cfg.model.get('data_preprocessor', {})
     dataset = DATASETS.build({**cfg.test_dataloader.dataset, 'lazy_init': True})
     return Metadata(

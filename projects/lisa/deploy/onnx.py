@@ -16,12 +16,16 @@ while exporting, so nothing is switched beforehand.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from .rewrites import symbolic_adaptive_pooling, symbolic_upsampling
+
+if TYPE_CHECKING:
+    from mmengine.config import Config
 
 
 class SegmentorLogits(nn.Module):
@@ -49,20 +53,31 @@ class DetectorFeatures(nn.Module):
         return tuple(self.model.extract_feat(x))
 
 
-def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = None) -> nn.Module:
-    """The config's model in eval mode, SyncBN reverted to BN, its sizes symbolic
-    (:mod:`.rewrites`), wrapped for export (:class:`SegmentorLogits`, :class:`DetectorFeatures`)."""
+def load_config(config: str | Path, cfg_options: dict | None = None) -> tuple[Config, str]:
+    """The config (``cfg_options`` merged in) and its default scope, which must be mmseg's or
+    mmdet's; the scope is made the default one."""
     from mmengine.config import Config
-    from mmengine.model import revert_sync_batchnorm
-    from mmengine.registry import MODELS, init_default_scope
+    from mmengine.registry import init_default_scope
 
-    from projects.lisa.models.backbones.loading import load_checkpoint_strictly
-
-    cfg = Config.fromfile(config)
+    cfg = Config.fromfile(str(config))
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     scope = cfg.get('default_scope', 'mmseg')
+    if scope not in ('mmseg', 'mmdet'):
+        raise ValueError(f'default_scope={scope!r}: expected an mmseg segmentor or an mmdet detector')
     init_default_scope(scope)
+    return cfg, scope
+
+
+def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = None) -> nn.Module:
+    """The config's model in eval mode, SyncBN reverted to BN, its sizes symbolic
+    (:mod:`.rewrites`), wrapped for export (:class:`SegmentorLogits`, :class:`DetectorFeatures`)."""
+    from mmengine.model import revert_sync_batchnorm
+    from mmengine.registry import MODELS
+
+    from projects.lisa.models.backbones.loading import load_checkpoint_strictly
+
+    cfg, scope = load_config(config, cfg_options)
     cfg.model.pop('pretrained', None)
     cfg.model.backbone.init_cfg = None  # the backbone's ImageNet weights are not needed: CKPT or random
     model = MODELS.build(cfg.model)
@@ -75,9 +90,7 @@ def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = 
     if scope == 'mmseg':
         symbolic_upsampling(model)
         return SegmentorLogits(model).eval()
-    if scope == 'mmdet':
-        return DetectorFeatures(model).eval()
-    raise ValueError(f'default_scope={scope!r}: expected an mmseg segmentor or an mmdet detector')
+    return DetectorFeatures(model).eval()
 
 
 def export(model: nn.Module, shape: tuple[int, int], path: Path, opset: int, batch: int = 1,
