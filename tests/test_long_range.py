@@ -177,7 +177,7 @@ def test_metric_bins_by_distance_and_hops():
 def rows_of(acc: dict, seconds: float = 10.0) -> list[dict]:
     """Rows of the tool: ``acc[(attention, seed, hops, lo)] = correct of 100`` pixels."""
     return [dict(attention=a, difficulty='d', seed=s, hops=h, lo=lo, hi=lo + 32, correct=c, total=100,
-                 seconds=seconds, s_per_iter=0.1) for (a, s, h, lo), c in acc.items()]
+                 iters=2000, seconds=seconds, s_per_iter=0.1) for (a, s, h, lo), c in acc.items()]
 
 
 def test_tool_markdown_from_stored_rows(tmp_path):
@@ -200,6 +200,32 @@ def test_tool_markdown_from_stored_rows(tmp_path):
     tool.main(['--from-rows', str(stored), '--markdown', str(tmp_path / 'lr.md')])
     assert (tmp_path / 'lr.png').stat().st_size > 0
     assert (tmp_path / 'lr.md').read_text().startswith(tool.markdown(rows_of(acc)))
+    assert '1x1 head, 2000 iterations)' in text
+
+
+def test_window_control_compares_the_nearest_bin_with_the_window_border_ceiling():
+    # 16 tokens, windows of 7 from the top left: of the 15 neighbour pairs along a row, (6, 7) and
+    # (13, 14) straddle a border; there the model is at chance: 13/15 + 2/15 * 1/2 = 93.3 %
+    assert tool.window_ceiling() == pytest.approx(100 * (13 / 15 + 1 / 15))
+    acc = {('softmax', 0, 1, 0): 100, ('softmax', 0, 1, 64): 100, ('window', 0, 1, 0): 93, ('window', 0, 1, 64): 50}
+    text = '\n'.join(tool.controls(rows_of(acc)))
+    assert 'window 7x7 (Swin), hop 1: far 50.0 %' in text
+    assert 'nearest bin 0-32 px 93.0 % vs its ceiling (window borders) 93.3 % (passes' in text
+    acc[('window', 0, 1, 0)] = 80
+    assert 'FAILS' in '\n'.join(tool.controls(rows_of(acc)))
+
+
+def test_document_merges_the_rows_of_several_sweeps(tmp_path):
+    first, second = tmp_path / 'a.json', tmp_path / 'b.json'
+    first.write_text(json.dumps(rows_of({('softmax', 0, 1, 0): 90})))
+    later = rows_of({('lisa-t1', 0, 1, 0): 70})
+    for r in later:
+        r['iters'] = 1000
+    second.write_text(json.dumps(later))
+    tool.main(['--from-rows', str(first), str(second), '--markdown', str(tmp_path / 'lr.md')])
+    text = (tmp_path / 'lr.md').read_text()
+    assert '| softmax (global) | 90.0 | 90.0 |' in text and '| LiSA T=1 | 70.0 | 70.0 |' in text
+    assert '1000-2000 iterations' in text and '| LiSA T=1 | 1000 |' in text
 
 
 def test_sweep_runs_every_attention_difficulty_and_seed_jobs_at_a_time(tmp_path, monkeypatch):
@@ -232,11 +258,20 @@ def test_sweep_runs_every_attention_difficulty_and_seed_jobs_at_a_time(tmp_path,
         for h in (1, 2):
             probe = np.load(tmp_path / 'data' / f'lookup_hops{h}' / 'probe' / split / '000000.npy')
             assert set(np.unique(probe[1])) == {0, h}
+    calls.clear()
+    tool.main(['--attentions', 'lisa-t1', '--difficulties', 'hops2', '--seeds', '0', '--data-root',
+               str(tmp_path / 'data2'), '--work-dir', str(tmp_path / 'wd2'), '--markdown', str(tmp_path / 'lr2.md')])
+    assert calls == [('lisa-t1', 'hops2', 0)] and not (tmp_path / 'data2' / 'lookup_hops1').exists()
 
 
-def test_sweep_arguments_are_checked():
+@pytest.mark.parametrize('argv, message', [
+    (['--jobs', '0'], '--jobs 0'),
+    (['--difficulties', 'hops1', 'hops3'], '--difficulties hops3: the quick setting has hops1 hops2'),
+    (['--from-rows', 'missing.json'], '--from-rows missing.json: no such file')])
+def test_sweep_arguments_are_checked(argv, message, capsys):
     with pytest.raises(SystemExit):
-        tool.parse_args(['--jobs', '0'])
+        tool.parse_args(argv)
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.slow
