@@ -17,8 +17,8 @@ if WITH_KERNELS not in ('0', '1'):
 
 
 def kernel(name: str) -> CppExtension:
-    """``projects.lisa.models.attention._<name>_cpu`` from ``csrc/<name>_cpu.cpp``; -fopenmp because
-    at::parallel_for is OpenMP in torch's CPU builds."""
+    """``projects.lisa.models.attention._<name>_cpu`` from ``csrc/<name>_cpu.cpp`` (loaded by the operators'
+    one loader, ``ops/backend.py``); -fopenmp because at::parallel_for is OpenMP in torch's CPU builds."""
     return CppExtension(f'projects.lisa.models.attention._{name}_cpu',
                         [f'projects/lisa/models/attention/csrc/{name}_cpu.cpp'],
                         extra_compile_args=['-O3', '-fopenmp'], extra_link_args=['-fopenmp'])

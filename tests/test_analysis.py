@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import pytest
@@ -15,10 +14,10 @@ from torch import nn
 from projects.lisa.analysis.benchmark import cuda_peak_bytes, loglog_plot, median_seconds, saved_tensor_bytes
 from projects.lisa.analysis.flops import PAPER_GFLOPS, Complexity, config_complexity, flop_analyzer, model_complexity
 from projects.lisa.analysis.walk_maps import attention_matrices, query_token, split_row
-from projects.lisa.models.attention import build_attention, fused, local
+from projects.lisa.models.attention import build_attention
 from projects.lisa.models.attention.layers import merge_heads
-from projects.lisa.models.attention.local import neighbourhood_attention
-from projects.lisa.models.attention.walk import _walk_forward, geometric_weights, random_walk
+from projects.lisa.models.attention.ops import geometric_weights, neighbourhood_attention, random_walk
+from projects.lisa.models.attention.ops.walk import _walk_forward
 from tools import benchmark_model, get_flops
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,25 +93,20 @@ def test_local_branch_is_counted_as_products_over_the_clipped_windows(prefix):
     assert flop_analyzer(local, (q, k, v)).total() == b * h * pairs * (d + dv)
 
 
-@pytest.mark.parametrize('fused', [True, False])
-def test_every_custom_op_of_the_operator_has_a_handle(fused, monkeypatch):
-    if not fused:
-        monkeypatch.setattr(local, 'CPU_KERNEL', None)
-    attn = build_attention(dict(type='lisa'), 16, 2, pos_shape=(3, 3), num_prefix_tokens=1)
-    with warnings.catch_warnings():
-        warnings.filterwarnings('ignore', 'projects.lisa: the fused CPU kernel')
-        result = model_complexity(OnGrid(attn, (3, 3)), (torch.randn(1, 10, 16),))
+@pytest.mark.parametrize('backend', ['cpu_kernel', 'torch'])
+def test_every_custom_op_of_the_operator_has_a_handle(backend):
+    attn = build_attention(dict(type='lisa', backend=backend), 16, 2, pos_shape=(3, 3), num_prefix_tokens=1)
+    result = model_complexity(OnGrid(attn, (3, 3)), (torch.randn(1, 10, 16),))
     assert not [op for op in result.uncounted if op.startswith('lisa::') or op.startswith('prim::PythonOp')]
     assert {'random_walk', 'neighbourhood_attention', 'linear', 'conv'} <= set(result.by_operator)
 
 
 @pytest.mark.parametrize('cfg', [dict(type='flatten'), dict(type='linear', dwc=True), dict(type='lisa')])
-def test_fused_cpu_ops_count_as_the_code_they_replace(cfg, monkeypatch):
-    """The fused depthwise conv, kernel features and walk passes count as the code they replace."""
-    counts, available = [], fused.available
-    for use_fused in (True, False):
-        monkeypatch.setattr(fused, 'available', lambda *args, use=use_fused: use and available(*args))
-        attn = build_attention(cfg, 16, 2, pos_shape=(3, 3), num_prefix_tokens=1)
+def test_cpu_kernel_ops_count_as_the_code_they_replace(cfg):
+    """The CPU kernels' depthwise conv, kernel features and walk passes count as the code they replace."""
+    counts = []
+    for backend in ('cpu_kernel', 'torch'):
+        attn = build_attention(dict(cfg, backend=backend), 16, 2, pos_shape=(3, 3), num_prefix_tokens=1)
         result = model_complexity(OnGrid(attn, (3, 3)), (torch.randn(1, 10, 16),))
         counts.append((result.flops, dict(result.by_operator)))
     assert counts[0] == counts[1] and counts[0][1]['conv'] > 0

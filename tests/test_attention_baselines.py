@@ -15,7 +15,7 @@ from projects.lisa.models.attention import (
     build_attention,
     register_attention,
 )
-from projects.lisa.models.attention.base import focus
+from projects.lisa.models.attention.ops import focus
 
 pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
 

@@ -1,5 +1,6 @@
-"""The fused CPU kernels of the kernel attentions (``projects.lisa.models.attention.fused``) against
-the plain tensor code of the reference implementation: values, gradients and the custom ops' registration."""
+"""The kernel attentions' operators (``projects.lisa.models.attention.ops``: depthwise conv, kernel features,
+the walk's row argmax) in every backend against plain tensor code, the custom ops' registration, and the
+backend choice itself (per module, global, refused names and backends)."""
 from __future__ import annotations
 
 import copy
@@ -8,14 +9,16 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from backends import BACKENDS, FAST, require
 from torch import nn
 
-from projects.lisa.models.attention import build_attention, fused, set_implementation
-from projects.lisa.models.attention.base import focus
+from projects.lisa.models.attention import build_attention, ops, set_backend
 from projects.lisa.models.attention.layers import split_heads
+from projects.lisa.models.attention.ops import focus
+from projects.lisa.models.attention.ops.walk import row_argmax
 
-pytestmark = [pytest.mark.usefixtures('seed_and_one_thread'),
-              pytest.mark.skipif(fused.CPU_KERNEL is None, reason='the fused CPU kernels are not built')]
+pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
+needs_kernels = pytest.mark.skipif(not ops.kernels_built(), reason='the CPU kernels are not built')
 
 
 def conv_reference(x, weight, bias, hw_shape, p):
@@ -29,18 +32,20 @@ def conv_reference(x, weight, bias, hw_shape, p):
 @pytest.mark.parametrize('bh,hw_shape,d,p,k', [
     (3, (7, 5), 6, 2, 5), (2, (9, 11), 32, 0, 3), (1, (4, 4), 17, 1, 5), (2, (2, 3), 8, 0, 7), (1, (1, 1), 3, 0, 3)],
     ids=str)
-def test_depthwise_conv_matches_conv2d_in_value_and_gradients(bh, hw_shape, d, p, k):
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_depthwise_conv_matches_conv2d_in_value_and_gradients(bh, hw_shape, d, p, k, backend):
     x = torch.randn(bh, p + math.prod(hw_shape), d, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(d, 1, k, k, dtype=torch.float64, requires_grad=True)
     bias = torch.randn(d, dtype=torch.float64, requires_grad=True)
     g = torch.randn(x.shape, dtype=torch.float64)
-    got = fused.depthwise_conv(x, weight, bias, hw_shape, p)
+    got = ops.depthwise_conv(x, weight, bias, hw_shape, p, backend=require(backend, x))
     want = conv_reference(x, weight, bias, hw_shape, p)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     for a, b in zip(torch.autograd.grad(got, (x, weight, bias), g), torch.autograd.grad(want, (x, weight, bias), g)):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
+@needs_kernels
 def test_depthwise_conv_custom_op_passes_opcheck():
     """Schema, fake implementation, autograd registration and dynamic-shape tracing of ``lisa::depthwise_conv``."""
     x = torch.randn(2, 1 + 12, 5, dtype=torch.float64, requires_grad=True)
@@ -49,6 +54,7 @@ def test_depthwise_conv_custom_op_passes_opcheck():
     torch.library.opcheck(torch.ops.lisa.depthwise_conv, (x, weight, bias, 3, 4, 1))
 
 
+@needs_kernels
 def test_depthwise_conv_backward_custom_op_passes_opcheck():
     """The backward op too: its weight gradient came out as a transposed view while the fake promised a
     contiguous tensor, and inductor stopped on the stride mismatch (whole Swin, dynamic=True)."""
@@ -57,6 +63,7 @@ def test_depthwise_conv_backward_custom_op_passes_opcheck():
     torch.library.opcheck(torch.ops.lisa.depthwise_conv_backward, (torch.randn_like(x), x, weight, 3, 4, 1))
 
 
+@needs_kernels
 @pytest.mark.parametrize('with_pos', [True, False])
 def test_kernel_features_custom_op_passes_opcheck(with_pos):
     """Schema, fake implementation, autograd registration and dynamic-shape tracing of ``lisa::kernel_features``."""
@@ -66,8 +73,9 @@ def test_kernel_features_custom_op_passes_opcheck(with_pos):
     torch.library.opcheck(torch.ops.lisa.kernel_features, (qkv, pos, s, 2, 3.0))
 
 
+@pytest.mark.parametrize('backend', BACKENDS)
 @pytest.mark.parametrize('p', [3.0, 2.0, 1.5])
-def test_kernel_features_match_the_focusing_function_in_value_and_gradients(p):
+def test_kernel_features_match_the_focusing_function_in_value_and_gradients(p, backend):
     b, n, heads, d = 2, 9, 3, 4
     qkv = torch.randn(b, n, 3 * heads * d, dtype=torch.float64, requires_grad=True)
     pos = torch.randn(1, n, heads * d, dtype=torch.float64, requires_grad=True)
@@ -75,10 +83,10 @@ def test_kernel_features_match_the_focusing_function_in_value_and_gradients(p):
     q, k, v = qkv.chunk(3, dim=-1)
     q, k = focus((F.relu(q) + 1e-6) / s, p), focus((F.relu(k + pos) + 1e-6) / s, p)
     want = [split_heads(t, heads) for t in (q, k, v)]
-    got = fused.kernel_features(qkv, pos, s, heads, p)
+    got = ops.kernel_features(qkv, pos, s, heads, p, backend=require(backend, qkv))
     gs = [torch.randn(t.shape, dtype=torch.float64) for t in want]
     for a, b_ in zip(got, want):
-        assert a.is_contiguous()
+        assert a.is_contiguous() or backend != 'cpu_kernel'
         torch.testing.assert_close(a, b_, rtol=1e-12, atol=1e-12)
     for a, b_ in zip(torch.autograd.grad(got, (qkv, pos, s), gs), torch.autograd.grad(want, (qkv, pos, s), gs)):
         torch.testing.assert_close(a, b_, rtol=1e-10, atol=1e-12)
@@ -89,14 +97,16 @@ def test_kernel_features_match_the_focusing_function_in_value_and_gradients(p):
     dict(type='lisa', feature_map='elu', focusing=False)], ids=str)
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize('num_prefix_tokens', [0, 1])
-def test_fast_implementation_matches_the_reference_in_value_and_gradients(cfg, dtype, num_prefix_tokens):
+@pytest.mark.parametrize('backend', FAST)
+def test_fast_backends_match_the_reference_in_value_and_gradients(cfg, dtype, num_prefix_tokens, backend):
     hw_shape = (6, 5)
-    fast = build_attention(cfg, 24, 3, pos_shape=(4, 4), num_prefix_tokens=num_prefix_tokens).to(dtype)
+    fast = build_attention(dict(cfg, backend=require(backend, torch.empty(0, dtype=dtype))), 24, 3, pos_shape=(4, 4),
+                           num_prefix_tokens=num_prefix_tokens).to(dtype)
     with torch.no_grad():
         for name, p in fast.named_parameters():
             if name in ('scale', 'alpha', 'positional_encoding.weight', 'step_mlp.2.weight'):
                 p.normal_(0, 0.5)
-    reference = set_implementation(copy.deepcopy(fast), 'reference')
+    reference = set_backend(copy.deepcopy(fast), 'reference')
     x = torch.randn(2, num_prefix_tokens + math.prod(hw_shape), 24, dtype=dtype)
     g = torch.randn(x.shape, dtype=dtype)
     tol = dict(rtol=1e-10, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-5)
@@ -109,26 +119,70 @@ def test_fast_implementation_matches_the_reference_in_value_and_gradients(cfg, d
         torch.testing.assert_close(a, b, **tol)
 
 
-def test_set_implementation_switches_every_kernel_attention():
+def test_set_backend_switches_every_kernel_attention():
     model = nn.ModuleList([build_attention(dict(type=t), 12, 3) for t in ('linear', 'flatten', 'lisa')])
-    set_implementation(model, 'reference')
-    assert [m.implementation for m in model] == ['reference'] * 3
-    set_implementation(model, 'fast')
-    assert [m.implementation for m in model] == ['fast'] * 3
+    set_backend(model, 'reference')
+    assert [m.backend for m in model] == ['reference'] * 3
+    set_backend(model, None)
+    assert [m.backend for m in model] == [None] * 3
 
 
+def test_use_backend_is_the_global_choice_a_module_or_call_naming_its_own_overrides():
+    x = torch.empty(2, dtype=torch.float64)
+    assert ops.current_backend() == 'auto'
+    with ops.use_backend('reference'):
+        assert ops.current_backend() == 'reference'
+        assert ops.resolve(None, x) == 'reference'
+        assert ops.resolve('torch', x) == 'torch'
+        with ops.use_backend('torch'):
+            assert ops.resolve(None, x) == 'torch'
+        assert ops.resolve(None, x) == 'reference'
+    assert ops.current_backend() == 'auto'
+    with pytest.raises(ValueError, match=r"backend='fast' is not one of \['auto', 'reference', 'torch', "
+                                         r"'cpu_kernel'\]"):
+        with ops.use_backend('fast'):
+            pass
+    assert ops.current_backend() == 'auto'
+
+
+@pytest.mark.parametrize('cfg', [dict(type='flatten'), dict(type='lisa')], ids=str)
+def test_a_model_under_use_backend_computes_as_with_that_backend_set_on_every_module(cfg):
+    """The global choice reaches every operator of a module that names none: under ``use_backend('reference')``
+    the output equals the reference module's exactly, which the CPU kernels' does not (in the last bits)."""
+    m = build_attention(cfg, 24, 3, pos_shape=(4, 4)).double()
+    with torch.no_grad():
+        m.scale.normal_(0, 0.5)
+    x = torch.randn(2, 30, 24, dtype=torch.float64)
+    with torch.no_grad(), ops.use_backend('reference'):
+        global_reference = m(x, (6, 5))
+    with torch.no_grad():
+        reference = set_backend(copy.deepcopy(m), 'reference')(x, (6, 5))
+    assert torch.equal(global_reference, reference)
+    if ops.kernels_built():
+        with torch.no_grad():
+            assert not torch.equal(set_backend(m, 'cpu_kernel')(x, (6, 5)), reference)
+
+
+def test_a_backend_named_explicitly_that_cannot_run_raises_naming_the_reason():
+    meta = torch.empty(2, 3, device='meta')
+    assert ops.can_run('torch', meta) and ops.can_run('reference', meta) and not ops.can_run('cpu_kernel', meta)
+    with pytest.raises(ValueError, match=r"backend='cpu_kernel' cannot run here: the CPU kernels take CPU "
+                                         r'float32/float64 tensors, got torch.float32 on meta'):
+        ops.resolve('cpu_kernel', meta)
+    with pytest.raises(ValueError, match="backend='cpu_kernel' cannot run here: the CPU kernels do not run under CPU "
+                                         'autocast'), torch.autocast('cpu', dtype=torch.bfloat16):
+        ops.resolve('cpu_kernel', torch.empty(2))
+
+
+@pytest.mark.parametrize('kernels', [True, False])
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize('length', [1, 3, 8, 64, 100, 4096])
-def test_row_argmax_is_the_first_index_of_each_row_maximum(dtype, length):
+def test_row_argmax_is_the_first_index_of_each_row_maximum(dtype, length, kernels):
     x = torch.randn(2, 3, 5, length, dtype=dtype)
     x[0, 0, 0] = 1.0                                     # all equal: index 0
     x[0, 0, 1, length // 2:] = x[0, 0, 1].max() + 1      # ties: the first of them
     x[1, 2, 4, -1] = x[1, 2, 4].max() + 1                # the last entry
-    got = fused.row_argmax(x)
+    got = row_argmax(x, kernels)
     assert got.shape == (2, 3, 5, 1) and got.dtype == torch.long
     assert torch.equal(got, x.argmax(-1, keepdim=True))
     assert got[0, 0, 1].item() == length // 2 and got[1, 2, 4].item() == length - 1
-
-
-def test_row_argmax_custom_op_passes_opcheck():
-    torch.library.opcheck(torch.ops.lisa.row_argmax.default, (torch.randn(4, 7, 33),))

@@ -7,13 +7,15 @@ import math
 import attention_reference as ref
 import pytest
 import torch
+from backends import BACKENDS, FAST, require
 from torch import nn
 from torch.func import functional_call
 
-from projects.lisa.models.attention import LiSAAttention, build_attention, fused, local, set_implementation
+from projects.lisa.models.attention import LiSAAttention, build_attention, set_backend
 from projects.lisa.models.attention.layers import PositionalEncoding
-from projects.lisa.models.attention.walk import (
+from projects.lisa.models.attention.ops import (
     geometric_weights,
+    neighbourhood,
     random_walk,
     random_walk_reference,
     transition_factors,
@@ -62,16 +64,15 @@ def test_lisa_matches_explicit_walk_local_and_fusion(num_steps, step_weights, hw
     dict(num_steps='inf', step_weights='geometric', beta=0.3, eps=0.1),
     dict(num_steps=4, step_weights='geometric', beta=0.0),
 ], ids=str)
-@pytest.mark.parametrize('implementation', ['fast', 'reference'])
-def test_lisa_variants_match_reference(kwargs, implementation):
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_lisa_variants_match_reference(kwargs, backend):
     hw_shape = (4, 5)
-    m = lisa64(hw_shape, 1, implementation=implementation, **kwargs)
+    m = lisa64(hw_shape, 1, backend=require(backend, torch.empty(0, dtype=torch.float64)), **kwargs)
     x = tokens(2, hw_shape, 1)
     torch.testing.assert_close(m(x, hw_shape), ref.lisa(m, x, hw_shape), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.filterwarnings('ignore:projects.lisa. the fused CPU kernel')
-@pytest.mark.parametrize('local_path', ['fused', 'tensor-ops in row blocks'])
+@pytest.mark.parametrize('backend', FAST)
 @pytest.mark.parametrize('kwargs', [
     dict(num_steps=3),
     dict(num_steps=4, step_weights='geometric', eps=0.5),
@@ -79,17 +80,15 @@ def test_lisa_variants_match_reference(kwargs, implementation):
     dict(num_steps=2, use_global=False, local_kernel_size=5),
     dict(num_steps=math.inf, step_weights='geometric'),
 ], ids=str)
-def test_fast_path_matches_the_reference_forward_and_gradients(kwargs, local_path, monkeypatch):
-    """'fast' (custom ops: analytic walk backward, fused kernel or the tensor operations in CPU
-    row blocks) against 'reference' (plain autograd code): output, input and parameter
-    gradients in float64."""
-    if local_path != 'fused':
-        monkeypatch.setattr(local, 'CPU_KERNEL', None)
-        monkeypatch.setattr(local, 'CPU_BLOCK_ELEMENTS', 24)
+def test_fast_backends_match_the_reference_forward_and_gradients(kwargs, backend, monkeypatch):
+    """'cpu_kernel' and 'torch' (custom ops: analytic walk backward, the CPU kernels or the tensor
+    operations, the local branch's in CPU row blocks) against 'reference' (plain autograd code):
+    output, input and parameter gradients in float64."""
+    monkeypatch.setattr(neighbourhood, 'CPU_BLOCK_ELEMENTS', 24)
     hw_shape = (4, 3)
-    fast = lisa64(hw_shape, 1, dim=8, num_heads=2, **kwargs)
-    reference = set_implementation(copy.deepcopy(fast), 'reference')
     x = tokens(2, hw_shape, 1, dim=8).requires_grad_()
+    fast = lisa64(hw_shape, 1, dim=8, num_heads=2, backend=require(backend, x), **kwargs)
+    reference = set_backend(copy.deepcopy(fast), 'reference')
     outs = [m(x, hw_shape) for m in (fast, reference)]
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-12, atol=1e-12)
     g = torch.randn_like(outs[0])
@@ -98,38 +97,36 @@ def test_fast_path_matches_the_reference_forward_and_gradients(kwargs, local_pat
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize('local_path', ['fused', 'tensor-ops'])
+@pytest.mark.parametrize('dwc', [True, False])
+@pytest.mark.parametrize('backend', FAST)
 @pytest.mark.parametrize('step_weights', ['adaptive', 'geometric'])
-def test_fast_path_adds_the_branches_gradients_in_place(step_weights, local_path, monkeypatch):
+def test_fast_backends_add_the_branches_gradients_in_place(step_weights, backend, dwc):
     """q, k and v each feed several branches (walk, local branch, step MLP; v the depthwise conv).
     Autograd sums their gradients in place only where the first to arrive is a tensor it alone
-    holds, not a view of a reshaped one: the backward makes no new token-sized sum."""
-    if local_path != 'fused':
-        monkeypatch.setattr(local, 'CPU_KERNEL', None)
+    holds, not a view of a reshaped one: the custom ops' backward makes no new token-sized sum.
+    The one exception: 'torch' has no depthwise op, and ``F.conv2d``'s gradient of v arrives as a view."""
     hw_shape = (6, 5)
-    m = LiSAAttention(8, 2, step_weights=step_weights, pos_shape=hw_shape)
+    m = LiSAAttention(8, 2, step_weights=step_weights, pos_shape=hw_shape, dwc=dwc,
+                      backend=require(backend, torch.empty(0)))
     out = m(torch.randn(2, 30, 8, requires_grad=True), hw_shape)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
         out.sum().backward()
     sums = [e.name for e in prof.events()
             if e.name in ('aten::add', 'aten::add_') and e.input_shapes and tuple(e.input_shapes[0]) == (2, 2, 30, 4)]
-    # q and k: 1 or 2 sums each (the step MLP adds one), v: 2 (walk, local branch, depthwise conv)
-    assert sorted(sums) == ['aten::add_'] * (6 if step_weights == 'adaptive' else 4)
+    # q and k: 1 or 2 sums each (the step MLP adds one), v: 1 or 2 (walk, local branch, depthwise conv)
+    count = (4 if step_weights == 'adaptive' else 2) + (2 if dwc else 1)
+    copies = 1 if backend == 'torch' and dwc else 0
+    assert sorted(sums) == ['aten::add'] * copies + ['aten::add_'] * (count - copies)
 
 
-@pytest.mark.parametrize('passes', ['fused', 'tensor-ops'])
+@pytest.mark.parametrize('backend', FAST)
 @pytest.mark.parametrize('weights_shape', [(4,), (1, 3, 1, 4), (2, 3, 17, 4)], ids=str)
 @pytest.mark.parametrize('eps', [1e-6, 0.5])
-def test_walk_custom_op_matches_the_reference_and_the_reference_explicit_powers(weights_shape, eps, passes,
-                                                                              monkeypatch):
+def test_walk_custom_op_matches_the_reference_and_the_reference_explicit_powers(weights_shape, eps, backend):
     """Fixed, per-head and per-token step weights: the reference against ``sum_t w_t S^t V``
     with the explicit n x n ``S``, the custom op's output and analytic gradients against the
-    reference's autograd, with the token-wise passes by the fused CPU kernels and without them
-    (as on CUDA)."""
-    if passes == 'fused' and fused.WALK_KERNEL is None:
-        pytest.skip('the fused CPU kernels are not built')
-    if passes == 'tensor-ops':
-        monkeypatch.setattr(fused, 'WALK_KERNEL', None)
+    reference's autograd, with the token-wise passes by the CPU kernels ('cpu_kernel') and by
+    tensor operations ('torch', as on CUDA)."""
     q, k = 3 * torch.rand(2, 3, 17, 5, dtype=torch.float64), torch.rand(2, 3, 17, 5, dtype=torch.float64)
     v = torch.randn(2, 3, 17, 6, dtype=torch.float64)
     w = torch.rand(weights_shape, dtype=torch.float64).softmax(-1)
@@ -137,28 +134,26 @@ def test_walk_custom_op_matches_the_reference_and_the_reference_explicit_powers(
     reference = random_walk_reference(*args, eps)
     explicit = ref.walk(ref.transition_matrix(q, k, eps), v, w.expand(2, 3, 17, 4))
     torch.testing.assert_close(reference, explicit, rtol=1e-12, atol=1e-12)
-    fast = random_walk(*args, eps)
+    fast = random_walk(*args, eps, backend=require(backend, *args))
     torch.testing.assert_close(fast, reference, rtol=1e-12, atol=1e-12)
     g = torch.randn_like(fast)
     for a, b in zip(torch.autograd.grad(fast, args, g), torch.autograd.grad(reference, args, g)):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.skipif(fused.WALK_KERNEL is None, reason='the fused CPU kernels are not built')
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32], ids=str)
-def test_walk_fused_passes_equal_the_tensor_ops_with_all_zero_features(dtype, monkeypatch):
+def test_walk_cpu_kernels_equal_the_tensor_ops_with_all_zero_features(dtype):
     """An all-zero q_i (ReLU) and an all-zero K (one batch-head) stay zero and get zero or finite
-    gradients the same way in the fused kernels and in the tensor operations; 130 tokens span two
+    gradients the same way in the CPU kernels and in the tensor operations; 130 tokens span two
     row blocks of the kernels."""
     q, k = torch.rand(2, 3, 130, 8, dtype=dtype), torch.rand(2, 3, 130, 8, dtype=dtype)
     q[0, 1, 5], k[1, 2] = 0, 0
     v, w = torch.randn(2, 3, 130, 8, dtype=dtype), torch.rand(2, 3, 130, 3, dtype=dtype).softmax(-1)
     g = torch.randn(2, 3, 130, 8, dtype=dtype)
     results = []
-    for kernel in (fused.WALK_KERNEL, None):
-        monkeypatch.setattr(fused, 'WALK_KERNEL', kernel)
+    for backend in FAST:
         args = [t.clone().requires_grad_() for t in (q, k, v, w)]
-        out = random_walk(*args, 1e-3)
+        out = random_walk(*args, 1e-3, backend=require(backend, *args))
         results.append([out, *torch.autograd.grad(out, args, g)])
     tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-5)
     for a, b in zip(*results):
@@ -166,25 +161,28 @@ def test_walk_fused_passes_equal_the_tensor_ops_with_all_zero_features(dtype, mo
         torch.testing.assert_close(a, b, **tol)
 
 
+@pytest.mark.parametrize('kernels', [False, True])
 @pytest.mark.parametrize('weights_shape', [(1, 1, 1, 3), (1, 2, 5, 3)], ids=str)
-def test_walk_custom_op_passes_opcheck(weights_shape):
+def test_walk_custom_op_passes_opcheck(weights_shape, kernels):
     """Schema, fake implementation (every output's shape, stride and dtype), autograd
-    registration and dynamic-shape tracing of ``lisa::random_walk``."""
+    registration and dynamic-shape tracing of ``lisa::random_walk``, with and without its CPU kernel passes."""
     q, k, v = (torch.rand(1, 2, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
     w = torch.rand(weights_shape, dtype=torch.float64, requires_grad=True)
-    torch.library.opcheck(torch.ops.lisa.random_walk, (q, k, v, w, 1e-3))
+    torch.library.opcheck(torch.ops.lisa.random_walk, (q, k, v, w, 1e-3, kernels))
 
 
-def test_set_implementation_switches_every_lisa_module_and_refuses_unknown_names():
+def test_set_backend_switches_every_lisa_module_and_refuses_unknown_names():
     model = nn.Sequential(LiSAAttention(12, 3), nn.ModuleList([nn.Linear(2, 2), LiSAAttention(12, 3, num_steps=2)]))
     lisa = [m for m in model.modules() if isinstance(m, LiSAAttention)]
-    assert set_implementation(model, 'reference') is model
-    assert [m.implementation for m in lisa] == ['reference', 'reference']
-    set_implementation(model, 'fast')
-    assert [m.implementation for m in lisa] == ['fast', 'fast']
-    with pytest.raises(ValueError, match=r"implementation='exact' is not one of \['fast', 'reference'\]"):
-        set_implementation(model, 'exact')
-    assert [m.implementation for m in lisa] == ['fast', 'fast']
+    assert [m.backend for m in lisa] == [None, None]
+    assert set_backend(model, 'reference') is model
+    assert [m.backend for m in lisa] == ['reference', 'reference']
+    set_backend(model, 'torch')
+    assert [m.backend for m in lisa] == ['torch', 'torch']
+    with pytest.raises(ValueError, match=r"backend='fast' is not one of \['auto', 'reference', 'torch', "
+                                         r"'cpu_kernel'\]"):
+        set_backend(model, 'fast')
+    assert [m.backend for m in lisa] == ['torch', 'torch']
 
 
 def test_untruncated_walk_is_the_limit_of_the_truncated_walk():
@@ -269,15 +267,13 @@ def test_gradients_match_finite_differences(kwargs):
     assert torch.autograd.gradcheck(f, (x, *params), fast_mode=True)
 
 
-@pytest.mark.filterwarnings('ignore:projects.lisa. the fused CPU kernel')
 @pytest.mark.parametrize('block_elements', [1, 24])
 def test_local_branch_in_cpu_blocks_matches_reference_and_finite_differences(block_elements, monkeypatch):
     """The tensor-operation path's CPU blocks. 1: one (batch, head) and one grid row per block;
     24: two rows of a 3-wide, d = 4 grid."""
-    monkeypatch.setattr(local, 'CPU_KERNEL', None)
-    monkeypatch.setattr(local, 'CPU_BLOCK_ELEMENTS', block_elements)
+    monkeypatch.setattr(neighbourhood, 'CPU_BLOCK_ELEMENTS', block_elements)
     hw_shape = (5, 3)
-    m = lisa64(hw_shape, 1, dim=8, num_heads=2, dwc_kernel_size=3, num_steps=2)
+    m = lisa64(hw_shape, 1, dim=8, num_heads=2, dwc_kernel_size=3, num_steps=2, backend='torch')
     x = tokens(2, hw_shape, 1, dim=8).requires_grad_()
     torch.testing.assert_close(m(x, hw_shape), ref.lisa(m, x, hw_shape), rtol=1e-6, atol=1e-6)
     assert torch.autograd.gradcheck(lambda x: m(x, hw_shape), (x,), fast_mode=True)
@@ -397,7 +393,7 @@ def test_adaptive_weights_start_as_the_geometric_walk():
     (dict(pos_shape=(0, 3)), r'pos_shape must be two positive ints \(H, W\), got \(0, 3\)'),
     (dict(num_prefix_tokens=-1), 'num_prefix_tokens=-1'),
     (dict(eps=0.0), 'eps=0.0'),
-    (dict(implementation='exact'), r"implementation='exact' is not one of \['fast', 'reference'\]"),
+    (dict(backend='fast'), r"backend='fast' is not one of \['auto', 'reference', 'torch', 'cpu_kernel'\]"),
     (dict(num_heads=5), 'num_heads=5 must be a positive divisor of dim=12'),
 ], ids=str)
 def test_invalid_arguments_raise_naming_the_value(kwargs, message):

@@ -1,36 +1,37 @@
-"""The local branch, fused CPU kernel and tensor-operation path, against dense masked attention."""
+"""The local branch in every backend (CPU kernel, tensor-operation custom op, reference) against dense
+masked attention."""
 from __future__ import annotations
 
+import functools
 import math
-import warnings
 
 import attention_reference as ref
 import pytest
 import torch
+from backends import BACKENDS, FAST, require
 
-from projects.lisa.models.attention import local
-from projects.lisa.models.attention.local import neighbourhood_attention, neighbourhood_attention_reference
+from projects.lisa.models.attention import ops
+from projects.lisa.models.attention.ops import neighbourhood
+from projects.lisa.models.attention.ops.neighbourhood import neighbourhood_attention, neighbourhood_attention_reference
 
 pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
 
 
-@pytest.fixture(params=['fused', 'tensor-ops', 'reference'])
-def local_branch(request, monkeypatch):
-    """The local branch with the fused CPU kernel, with the tensor-operation path, and the
-    reference (plain autograd code)."""
-    if request.param == 'tensor-ops':
-        monkeypatch.setattr(local, 'CPU_KERNEL', None)
-    with warnings.catch_warnings():
-        warnings.filterwarnings('ignore', 'projects.lisa: the fused CPU kernel')
-        yield neighbourhood_attention_reference if request.param == 'reference' else neighbourhood_attention
+@pytest.fixture(params=BACKENDS)
+def local_branch(request):
+    """The local branch by each backend: :func:`neighbourhood_attention` with ``backend`` named."""
+    require(request.param, torch.empty(0))
+    return functools.partial(neighbourhood_attention, backend=request.param)
 
 
-def test_fused_kernel_is_built_and_runs_on_the_cpu_only(monkeypatch):
-    """`pip install -e .` (tools/install.sh) builds it; without it the CPU figures are not ours."""
-    assert local.CPU_KERNEL is not None, 'build it with `pip install --no-build-isolation -e .`'
-    assert (local.implementation('cpu'), local.implementation('cuda')) == (local.FUSED, local.TENSOR_OPS)
-    monkeypatch.setattr(local, 'CPU_KERNEL', None)
-    assert local.implementation('cpu') == local.TENSOR_OPS
+def test_cpu_kernels_are_built_and_auto_picks_them_for_cpu_float_tensors_only():
+    """`pip install -e .` (tools/install.sh) builds them; without them the CPU figures are not ours."""
+    assert ops.kernels_built(), 'build them with `pip install --no-build-isolation -e .`'
+    cpu, meta = torch.empty(2, dtype=torch.float64, device='cpu'), torch.empty(2, device='meta')
+    assert [ops.resolve('auto', t) for t in (cpu, cpu.float(), cpu.bfloat16(), meta)] == [
+        'cpu_kernel', 'cpu_kernel', 'torch', 'torch']
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        assert ops.resolve('auto', cpu) == 'torch'
 
 
 def inputs(hw_shape, num_prefix_tokens, d, dv, dtype=torch.float64, batch=2, heads=3):
@@ -73,54 +74,50 @@ def test_local_branch_gradients_match_finite_differences(local_branch, hw_shape,
     assert torch.autograd.gradcheck(f, args)
 
 
-def test_fused_kernel_equals_the_tensor_operations_in_float32(monkeypatch):
+def test_cpu_kernel_equals_the_tensor_operations_in_float32():
     hw_shape = (17, 23)
     q, k, v, w = (t.float().requires_grad_() for t in inputs(hw_shape, 1, 64, 64))
     g = torch.randn_like(v)
 
-    def run():
+    def run(backend):
         for t in (q, k, v, w):
             t.grad = None
-        neighbourhood_attention(q, k, v, hw_shape, 0.125, 3, w, 1).backward(g)
+        neighbourhood_attention(q, k, v, hw_shape, 0.125, 3, w, 1, backend=require(backend, q)).backward(g)
         return [t.grad for t in (q, k, v, w)]
 
-    fused = run()
-    monkeypatch.setattr(local, 'CPU_KERNEL', None)
-    with pytest.warns(UserWarning, match='fused CPU kernel of the local branch is not built'):
-        unfused = run()
-    for a, b in zip(fused, unfused):
+    for a, b in zip(run('cpu_kernel'), run('torch')):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_fused_kernel_result_does_not_depend_on_the_thread_count():
+@pytest.mark.parametrize('backend', FAST)
+def test_custom_ops_result_does_not_depend_on_the_thread_count(backend):
     hw_shape = (13, 11)
     q, k, v, w = (t.float().requires_grad_() for t in inputs(hw_shape, 1, 32, 32))
+    require(backend, q)
     g = torch.randn_like(v)
     results = []
     for threads in (1, 3):
         torch.set_num_threads(threads)
         for t in (q, k, v, w):
             t.grad = None
-        out = neighbourhood_attention(q, k, v, hw_shape, 0.125, 3, w, 1)
+        out = neighbourhood_attention(q, k, v, hw_shape, 0.125, 3, w, 1, backend=backend)
         out.backward(g)
         results.append([out.detach()] + [t.grad for t in (q, k, v, w)])
     for a, b in zip(*results):
         assert torch.equal(a, b)
 
 
-@pytest.mark.filterwarnings('ignore:projects.lisa. the fused CPU kernel')
-@pytest.mark.parametrize('path', ['fused', 'tensor-ops', 'tensor-ops in row blocks'])
+@pytest.mark.parametrize('path', ['cpu_kernel', 'torch', 'torch in row blocks'])
 @pytest.mark.parametrize('hw_shape,num_prefix_tokens,kernel_size', [((5, 3), 1, 3), ((4, 6), 0, 5)])
-def test_fast_paths_match_the_reference_forward_and_gradients(path, hw_shape, num_prefix_tokens, kernel_size,
-                                                              monkeypatch):
-    """The fused kernel and the tensor operations (one block, or blocks of two 3-wide rows of
+def test_fast_backends_match_the_reference_forward_and_gradients(path, hw_shape, num_prefix_tokens, kernel_size,
+                                                                 monkeypatch):
+    """The CPU kernel and the tensor operations (one block, or blocks of two 3-wide rows of
     d = 4) against the reference's autograd, float64."""
-    if path != 'fused':
-        monkeypatch.setattr(local, 'CPU_KERNEL', None)
-    if path == 'tensor-ops in row blocks':
-        monkeypatch.setattr(local, 'CPU_BLOCK_ELEMENTS', 24)
+    if path == 'torch in row blocks':
+        monkeypatch.setattr(neighbourhood, 'CPU_BLOCK_ELEMENTS', 24)
     args = [t.requires_grad_() for t in inputs(hw_shape, num_prefix_tokens, 4, 4)]
-    fast = neighbourhood_attention(*args[:3], hw_shape, 0.7, kernel_size, args[3], num_prefix_tokens)
+    backend = require(path.split()[0], *args)
+    fast = neighbourhood_attention(*args[:3], hw_shape, 0.7, kernel_size, args[3], num_prefix_tokens, backend=backend)
     reference = neighbourhood_attention_reference(*args[:3], hw_shape, 0.7, kernel_size, args[3], num_prefix_tokens)
     torch.testing.assert_close(fast, reference, rtol=1e-12, atol=1e-12)
     g = torch.randn_like(fast)
@@ -128,7 +125,6 @@ def test_fast_paths_match_the_reference_forward_and_gradients(path, hw_shape, nu
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.filterwarnings('ignore:projects.lisa. the fused CPU kernel')
 @pytest.mark.parametrize('op', ['neighbourhood_fused', 'neighbourhood'])
 def test_custom_ops_pass_opcheck(op):
     """Schema, fake implementation (shapes, strides, dtypes of every output), autograd

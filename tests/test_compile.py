@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from projects.lisa.models.attention import ATTENTIONS, KernelAttention, build_attention, fused, inductor_workaround
+from projects.lisa.models.attention import ATTENTIONS, KernelAttention, build_attention, inductor_workaround, ops
 from projects.lisa.models.backbones import LiSAPVT, LiSASwinTransformer
 
 DIM, HEADS, POS_SHAPE = 16, 2, (4, 4)
@@ -116,7 +116,7 @@ def test_lisa_layer_traces_into_one_graph_calling_its_custom_ops(name):
     m = attention(ATTENTION_CFGS[name])
     assert_compiled_matches_eager(m, [(tokens((5, 3)), (5, 3))], backend=backend, dynamic=False)
     called = {str(n.target) for g in graphs for n in g.graph.nodes if 'lisa' in str(n.target)}
-    kernels = {'lisa.kernel_features', 'lisa.depthwise_conv'} if fused.CPU_KERNEL is not None else set()
+    kernels = {'lisa.kernel_features', 'lisa.depthwise_conv'} if ops.kernels_built() else set()
     assert called == ({'lisa.neighbourhood_fused', *kernels} if name == 'lisa-local-only'
                       else {'lisa.neighbourhood_fused', 'lisa.random_walk', *kernels})
 

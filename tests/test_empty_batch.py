@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import math
-import warnings
 
 import pytest
 import torch
+from backends import BACKENDS, require
 
-from projects.lisa.models.attention import ATTENTIONS, KernelAttention, build_attention, local
+from projects.lisa.models.attention import ATTENTIONS, KernelAttention, build_attention, set_backend
 from projects.lisa.models.backbones import LiSAPVT, LiSASwinTransformer, LiSAViT
 
 ATTENTION_CFGS = [
@@ -21,7 +21,6 @@ ATTENTION_CFGS = [
     dict(type='lisa', num_steps=math.inf, step_weights='geometric'),
     dict(type='lisa', use_local=False),
     dict(type='lisa', use_global=False),
-    dict(type='lisa', implementation='reference'),
 ]
 
 
@@ -30,23 +29,19 @@ def build(cfg: dict, num_prefix_tokens: int, hw_shape=(4, 6), dim=16):
     return build_attention(cfg, dim, 2, num_prefix_tokens=num_prefix_tokens, **kwargs)
 
 
-@pytest.mark.parametrize('fused', [True, False], ids=['fused', 'tensor-ops'])
+@pytest.mark.parametrize('backend', BACKENDS)
 @pytest.mark.parametrize('num_prefix_tokens', [0, 1])
 @pytest.mark.parametrize('cfg', ATTENTION_CFGS, ids=str)
-def test_every_attention_maps_an_empty_batch_to_an_empty_output_and_zero_gradients(cfg, num_prefix_tokens, fused,
-                                                                                   monkeypatch):
-    if not fused:
-        if cfg['type'] != 'lisa':
-            pytest.skip('only LiSA has a local branch')
-        monkeypatch.setattr(local, 'CPU_KERNEL', None)
+def test_every_attention_maps_an_empty_batch_to_an_empty_output_and_zero_gradients(cfg, num_prefix_tokens, backend):
+    """Every backend of the kernel attentions' operators (the others have one path)."""
+    if backend != BACKENDS[0] and not issubclass(ATTENTIONS[cfg['type']], KernelAttention):
+        pytest.skip('no operator backend to choose')
     hw_shape = (4, 6)
-    m = build(cfg, num_prefix_tokens, hw_shape)
     x = torch.randn(0, num_prefix_tokens + math.prod(hw_shape), 16, requires_grad=True)
-    with warnings.catch_warnings():
-        warnings.filterwarnings('ignore', 'projects.lisa: the fused CPU kernel')
-        out = m(x, hw_shape)
-        assert out.shape == x.shape
-        out.sum().backward()
+    m = set_backend(build(cfg, num_prefix_tokens, hw_shape), require(backend, x))
+    out = m(x, hw_shape)
+    assert out.shape == x.shape
+    out.sum().backward()
     assert x.grad.shape == x.shape
     for name, p in m.named_parameters():
         assert p.grad is not None and not p.grad.any(), name

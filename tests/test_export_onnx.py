@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from projects.lisa import deploy
-from projects.lisa.models.attention import build_attention, local
+from projects.lisa.models.attention import build_attention, ops
 
 ort = pytest.importorskip('onnxruntime')
 from tools import export_onnx  # noqa: E402  (needs onnxruntime)
@@ -63,7 +63,7 @@ def test_every_attention_variant_exports_with_dynamic_sizes_and_matches_eager(va
     assert max(e for _, _, e in errors) < 1e-4, errors
 
 
-@pytest.mark.skipif(local.CPU_KERNEL is None, reason='the fused CPU kernel is not built')
+@pytest.mark.skipif(not ops.kernels_built(), reason='the CPU kernels are not built')
 def test_legacy_exporter_refuses_the_fused_kernel_instead_of_dropping_it(tmp_path):
     """The defect of issue 16: TorchScript export of the local-only LiSA ran without error, the
     fused kernel's autograd Function became ``empty_like`` and onnxruntime's output was off by

@@ -1,5 +1,5 @@
 """Plain ``torch.export.export`` and ``torch.onnx.export(..., dynamo=True)`` of LiSA models, without
-``set_implementation(model, 'reference')`` (issue 26, item 2), checked against eager (fast path)."""
+``set_backend(model, 'reference')`` (issue 26, item 2), checked against eager (fast path)."""
 from __future__ import annotations
 
 import math
@@ -10,8 +10,8 @@ import torch
 from test_export_onnx import OnGrid  # a LiSA layer on an image grid, parameters off their init
 from torch import nn
 
-from projects.lisa.models.attention import fused
-from projects.lisa.models.attention.walk import solve_unpivoted
+from projects.lisa.models.attention import ops
+from projects.lisa.models.attention.ops import solve_unpivoted
 from projects.lisa.models.backbones import LiSAPVT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,20 +62,20 @@ def test_torch_export_of_a_lisa_layer_holds_no_custom_op_and_computes_as_eager(k
 def test_export_leaves_the_fast_path_of_eager_and_compile_alone():
     """The kernels are refused only while exporting: eagerly (and under torch.compile, which is
     not an export) the same layer still reaches them."""
-    if fused.CPU_KERNEL is None:
-        pytest.skip('the fused CPU kernels are not built')
+    if not ops.kernels_built():
+        pytest.skip('the CPU kernels are not built')
     x = torch.randn(1, 3, 4)
-    assert fused.available(fused.CPU_KERNEL, x)
+    assert ops.can_run('cpu_kernel', x)
     seen = []
 
     class Probe(nn.Module):
         def forward(self, t):
-            seen.append(fused.available(fused.CPU_KERNEL, t))
+            seen.append(ops.resolve('auto', t))
             return t + 1
 
     torch.export.export(Probe(), (x, ))
     torch.compile(Probe(), backend='eager', fullgraph=True)(x)
-    assert seen[0] is False and seen[-1] is True
+    assert seen[0] == 'reference' and seen[-1] == 'cpu_kernel'
 
 
 def test_solve_unpivoted_solves_the_untruncated_walks_system():

@@ -45,7 +45,7 @@ import torch
 
 from projects.lisa.analysis.attention_benchmark import METHODS, grid_of, markdown, run, table
 from projects.lisa.analysis.benchmark import keep_freed_memory, loglog_plot
-from projects.lisa.models.attention import local
+from projects.lisa.models.attention import ops
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -100,7 +100,8 @@ def main(argv=None) -> None:
     device = torch.cuda.get_device_name() if args.device == 'cuda' else f'CPU, {args.threads} threads'
     title = (f'C={args.dim}, {args.heads} heads, batch {args.batch}; {device}; torch {torch.__version__}; '
              f'{args.clock} time, median of {args.repeats} after {args.warmup} warm-up; '
-             f'LiSA local branch: {local.implementation(args.device)}; load {os.getloadavg()[0]:.2f}')
+             f'LiSA operators: backend {ops.resolve(None, torch.empty(0, device=args.device))!r}; '
+             f'load {os.getloadavg()[0]:.2f}')
     print(title, flush=True)
     rows = run(args.sizes, args.methods, torch.device(args.device), dim=args.dim, num_heads=args.heads,
                batch=args.batch, threads=args.threads, warmup=args.warmup, repeats=args.repeats,

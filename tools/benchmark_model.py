@@ -83,7 +83,7 @@ from projects.lisa.analysis.model_benchmark import (
     merge_processes,
     table,
 )
-from projects.lisa.models.attention import local
+from projects.lisa.models.attention import ops
 
 CONFIGS = Path(__file__).resolve().parents[1] / 'configs' / 'segmentation'  # the configs of DENSE
 
@@ -145,7 +145,7 @@ def main(argv=None) -> None:
         return
     title = (f'DeiT-T, batch 1; {device_name}; torch {torch.__version__}; '
              f'median of up to {args.repeats} runs after {args.warmup} warm-up (the memory run first); '
-             f'LiSA local branch: {local.implementation(device.type)}')
+             f'LiSA operators: backend {ops.resolve(None, torch.empty(0, device=device))!r}')
     print(title, flush=True)
     rows = []
     for size in args.img_sizes:
@@ -182,7 +182,8 @@ def measure_in_processes(args) -> list[list[dict]]:
 def dense_main(args, device: torch.device, device_name: str) -> None:
     title = (f'Dense models, random weights, training batch {args.batch}; {device_name}; torch {torch.__version__}; '
              f'median of up to {args.repeats} runs after {args.warmup} warm-up, models taking turns; '
-             f'LiSA local branch: {local.implementation(device.type)}; load {os.getloadavg()[0]:.2f}')
+             f'LiSA operators: backend {ops.resolve(None, torch.empty(0, device=device))!r}; '
+             f'load {os.getloadavg()[0]:.2f}')
     if args.processes > 1:
         title += (f'; {args.processes} processes one after another: times the median over the processes, '
                   "ratios the median (range) of the processes' ratios")

@@ -109,7 +109,7 @@ def window_pairs(hw_shape: Sequence[int], kernel_size: int) -> int:
 
 
 def neighbourhood_flop_jit(inputs: list, outputs: list, window_dims: tuple[int, int, int]) -> Counter:
-    """LiSA's local branch (either custom op of ``local``): ``Q K^T`` and ``A V`` over the
+    """LiSA's local branch (either custom op of ``models.attention.ops.neighbourhood``): ``Q K^T`` and ``A V`` over the
     window pairs of the grid, ``pairs (d + dv)`` per batch and head; the prefix tokens,
     which keep their own value, cost nothing.
 

@@ -5,7 +5,7 @@ of the values, ``Y = P V``. Feeding the identity ``V = I_n`` through the
 attention's own code path therefore returns ``P`` itself, exactly (up to
 rounding), without a separate re-implementation:
 
-* ``S^k`` -- :func:`~..models.attention.walk.random_walk` with the one-hot
+* ``S^k`` -- :func:`~..models.attention.ops.random_walk` with the one-hot
   step weights ``e_k``;
 * ``P^(T)`` -- the same function with the geometric weights of Eq. 4;
 * ``global`` -- the module's own walk (its T, its adaptive weights of Eq. 10);
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ..models.attention import KernelAttention, LiSAAttention
-from ..models.attention.walk import geometric_weights, random_walk
+from ..models.attention.ops import geometric_weights, random_walk
 
 MAX_TOKENS = 4096
 

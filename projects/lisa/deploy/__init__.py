@@ -2,7 +2,7 @@
 file's metadata (:mod:`.metadata`), segmentation from that file alone (:mod:`.infer`), the
 rewrites that keep their sizes symbolic (:mod:`.rewrites`) and exportable stand-ins of mmcv's
 detection ops (:mod:`.nms`). LiSA's attentions export as they are (under ``torch.export`` they
-trace plain tensor operations, :mod:`projects.lisa.models.attention.fused`)."""
+trace their plain-tensor references, :mod:`projects.lisa.models.attention.ops.backend`)."""
 from .infer import OnnxSegmentor
 from .metadata import Metadata, MetadataError, inference_metadata
 from .onnx import DetectorFeatures, SegmentorLogits, build_model, export, relative_errors

@@ -3,16 +3,17 @@
 Every type is built by :func:`build_attention` from ``dict(type=NAME, **kwargs)`` through one
 constructor contract (:data:`CONTEXT`); :func:`register_attention` adds a type (:mod:`.registry`).
 Token/grid helpers and the positional encoding are in :mod:`.layers`, the kernelised attentions'
-common part in :mod:`.base`. Depends on torch alone (no OpenMMLab import), so the operator and its
-benchmarks run anywhere torch does.
+common part in :mod:`.base`, the operators they call (the walk, the neighbourhood attention, kernel
+features, depthwise conv) and their one backend choice in :mod:`.ops`. Depends on torch alone (no
+OpenMMLab import), so the operators and their benchmarks run anywhere torch does.
 """
-from . import inductor_workaround
+from . import inductor_workaround, ops
 from .angular import AngularAttention
-from .base import KernelAttention
+from .base import KernelAttention, set_backend
 from .bra import BiLevelRoutingAttention, LePEAttention
 from .layers import PositionalEncoding
 from .linear import FocusedLinearAttention, LinearAttention
-from .lisa import LiSAAttention, set_implementation
+from .lisa import LiSAAttention
 from .registry import ATTENTIONS, CONTEXT, build_attention, check_attention_type, register_attention
 from .softmax import SoftmaxAttention
 from .window import ShiftedWindowAttention
@@ -20,7 +21,7 @@ from .window import ShiftedWindowAttention
 __all__ = [
     'ATTENTIONS', 'CONTEXT', 'build_attention', 'check_attention_type', 'register_attention', 'KernelAttention',
     'PositionalEncoding', 'SoftmaxAttention', 'ShiftedWindowAttention', 'LinearAttention', 'FocusedLinearAttention',
-    'AngularAttention', 'LiSAAttention', 'BiLevelRoutingAttention', 'LePEAttention', 'set_implementation'
+    'AngularAttention', 'LiSAAttention', 'BiLevelRoutingAttention', 'LePEAttention', 'ops', 'set_backend'
 ]
 
 inductor_workaround.install()  # torch.compile of whole backbones (pytorch/pytorch#185510)

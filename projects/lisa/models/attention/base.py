@@ -11,12 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import fused
-from .layers import PositionalEncoding, check_heads, check_tokens, merge_heads, split_heads
-
-#: How a :class:`KernelAttention` computes: 'fast' (custom ops with analytic backward passes and
-#: fused CPU kernels where built) or 'reference' (plain tensor code differentiated by autograd).
-IMPLEMENTATION_NAMES = ('fast', 'reference')
+from . import ops
+from .layers import PositionalEncoding, check_heads, check_tokens, merge_heads
 
 FEATURE_MAPS: dict[str, Callable[[Tensor], Tensor]] = {
     'relu': F.relu,
@@ -24,18 +20,15 @@ FEATURE_MAPS: dict[str, Callable[[Tensor], Tensor]] = {
 }
 
 
-def focus(x: Tensor, p: float) -> Tensor:
-    """FLatten's focusing function ``f_p(x) = ||x|| / ||x^p|| * x^p`` for ``x > 0``.
-
-    ``f_p`` is 1-homogeneous, so it is evaluated on ``u = x / max(x)`` and
-    scaled back: ``f_p(x) = max(x) ||u|| u^p / ||u^p||``. Nothing is raised
-    to the p-th power above 1, so fp16 cannot overflow, and the (detached)
-    rescaling leaves the value and the gradient exact.
-    """
-    m = x.detach().amax(dim=-1, keepdim=True)
-    u = x / m
-    up = u.pow(p)
-    return up * (m * u.norm(dim=-1, keepdim=True) / up.norm(dim=-1, keepdim=True))
+def set_backend(model: nn.Module, name: str | None) -> nn.Module:
+    """Set the operators' backend of every :class:`KernelAttention` of ``model`` (LiSA, FLatten, linear)
+    to ``name`` (one of :data:`.ops.CHOICES`, or None: the global choice of :func:`.ops.use_backend`);
+    returns ``model``. E.g. ``'reference'`` for the plain-autograd definition."""
+    name = None if name is None else ops.check_backend(name)
+    for m in model.modules():
+        if isinstance(m, KernelAttention):
+            m.backend = name
+    return model
 
 
 class KernelAttention(nn.Module):
@@ -51,11 +44,9 @@ class KernelAttention(nn.Module):
     depthwise ``kxk`` convolution of ``v`` (per head, weights shared across
     heads) is added to the mixed values before the output projection.
 
-    ``implementation``: 'fast' (default) runs the focused ReLU features and the depthwise
-    convolution by the fused CPU kernels of :mod:`.fused` where it can (each in one pass
-    over the tokens, the features straight into a contiguous per-head layout); 'reference'
-    in plain tensor operations (e.g. for an export that cannot represent custom ops).
-    Subclasses add their own fast paths.
+    ``backend``: the backend of its operators (:mod:`.ops`: the focused ReLU features, the
+    depthwise convolution, and a subclass's own), one of :data:`.ops.CHOICES`; None (default)
+    follows the global choice of :func:`.ops.use_backend` (``'auto'`` outside it).
     """
 
     def __init__(
@@ -74,7 +65,7 @@ class KernelAttention(nn.Module):
         eps: float = 1e-6,
         attn_drop: float = 0.0,
         block_index: int = 0,
-        implementation: str = 'fast',
+        backend: str | None = None,
     ) -> None:
         super().__init__()
         del attn_drop, block_index  # context of the contract (CONTEXT) that a kernel attention has no use for
@@ -89,9 +80,7 @@ class KernelAttention(nn.Module):
             raise ValueError(f'num_prefix_tokens={num_prefix_tokens} must be >= 0')
         if not eps > 0:
             raise ValueError(f'eps={eps} must be > 0')
-        if implementation not in IMPLEMENTATION_NAMES:
-            raise ValueError(f'implementation={implementation!r} is not one of {sorted(IMPLEMENTATION_NAMES)}')
-        self.implementation = implementation
+        self.backend = None if backend is None else ops.check_backend(backend)
         self.dim, self.num_heads = dim, num_heads
         self.feature_map = feature_map
         self.focusing_factor = focusing_factor if focusing else None
@@ -109,46 +98,28 @@ class KernelAttention(nn.Module):
                       padding=dwc_kernel_size // 2, groups=self.head_dim) if dwc else None)
 
     def features(self, x: Tensor, hw_shape: Sequence[int]) -> tuple[Tensor, Tensor, Tensor]:
-        """Non-negative ``q, k`` and ``v``, each ``(B, h, N, d)``."""
-        if (self.implementation == 'fast' and self.focusing_factor is not None and self.feature_map == 'relu'
-                and fused.available(fused.CPU_KERNEL, x, self.qkv.weight)):
-            pos = self.positional_encoding(hw_shape) if self.positional_encoding is not None else None
-            return fused.kernel_features(self.qkv(x), pos, F.softplus(self.scale).flatten(), self.num_heads,
-                                         self.focusing_factor)
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
-        if self.positional_encoding is not None:
-            k = k + self.positional_encoding(hw_shape)
-        phi = FEATURE_MAPS[self.feature_map]
-        q, k = phi(q), phi(k)
-        if self.focusing_factor is not None:
-            scale = F.softplus(self.scale)
-            q = focus((q + 1e-6) / scale, self.focusing_factor)
-            k = focus((k + 1e-6) / scale, self.focusing_factor)
-        return tuple(split_heads(t, self.num_heads) for t in (q, k, v))
+        """Non-negative ``q, k`` and ``v``, each ``(B, h, N, d)`` (:func:`.ops.kernel_features`)."""
+        qkv = self.qkv(x)
+        pos = self.positional_encoding(hw_shape) if self.positional_encoding is not None else None
+        s = F.softplus(self.scale).flatten() if self.focusing_factor is not None else None
+        if s is not None and self.feature_map == 'relu':
+            return ops.kernel_features(qkv, pos, s, self.num_heads, self.focusing_factor, backend=self.backend)
+        return ops.kernel_features_reference(qkv, pos, s, self.num_heads, self.focusing_factor,
+                                             FEATURE_MAPS[self.feature_map])
 
     def mix(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         raise NotImplementedError
 
     def depthwise(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
-        """Depthwise conv of the grid values; prefix tokens get zero. ``(B, h, N, d)``."""
-        b, h, n, d = v.shape
-        p = self.num_prefix_tokens
-        if self.implementation == 'fast' and fused.available(fused.CPU_KERNEL, v, self.dwc.weight):
-            # channels-last on the tokens themselves; mkldnn's depthwise backward is slow on the CPU
-            return fused.depthwise_conv(v, self.dwc.weight, self.dwc.bias, hw_shape, p)
-        grid = v[:, :, p:].reshape(b * h, *hw_shape, d).permute(0, 3, 1, 2)
-        if torch.compiler.is_compiling():
-            # Inductor (torch 2.14) cannot order the symbolic strides of a permuted view that a
-            # graph with dynamic shapes saves for backward; eager keeps the view (no copy).
-            grid = grid.contiguous()
-        out = self.dwc(grid).permute(0, 2, 3, 1).reshape(b, h, n - p, d)
-        return F.pad(out, (0, 0, p, 0)) if p else out
+        """Depthwise conv of the grid values; prefix tokens get zero. ``(B, h, N, d)`` (:func:`.ops.depthwise_conv`)."""
+        return ops.depthwise_conv(v, self.dwc.weight, self.dwc.bias, hw_shape, self.num_prefix_tokens,
+                                  backend=self.backend)
 
     def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
         check_tokens(x, hw_shape, self.num_prefix_tokens)
         q, k, v = self.features(x, hw_shape)
-        if self.dwc is not None and self.implementation == 'fast':
-            v = v.contiguous()  # one copy, read by the fused depthwise kernel and by mix
+        if self.dwc is not None and self.backend != 'reference':
+            v = v.contiguous()  # one copy, read by the depthwise CPU kernel and by mix
         out = self.mix(q, k, v, hw_shape)
         if self.dwc is not None:
             out = out + self.depthwise(v, hw_shape)

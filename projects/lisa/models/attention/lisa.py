@@ -9,34 +9,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import KernelAttention
-from .local import neighbourhood_attention, neighbourhood_attention_reference
+from .ops import geometric_weights, neighbourhood_attention, random_walk, transition_factors, untruncated_walk
 from .registry import register_attention
-from .walk import geometric_weights, random_walk, random_walk_reference, transition_factors, untruncated_walk
 
 STEP_WEIGHTS = ('adaptive', 'geometric')
-#: The walk and the local branch of each implementation (:class:`LiSAAttention`).
-IMPLEMENTATIONS = {
-    'fast': (random_walk, neighbourhood_attention),
-    'reference': (random_walk_reference, neighbourhood_attention_reference),
-}
-
-
-def check_implementation(name: str) -> str:
-    """Return ``name`` if it is one of :data:`IMPLEMENTATIONS`, else raise naming the valid ones."""
-    if name not in IMPLEMENTATIONS:
-        raise ValueError(f'implementation={name!r} is not one of {sorted(IMPLEMENTATIONS)}')
-    return name
-
-
-def set_implementation(model: nn.Module, name: str) -> nn.Module:
-    """Switch every :class:`~.base.KernelAttention` of ``model`` (LiSA, FLatten, linear) to ``name``
-    ('fast' or 'reference'); returns ``model``. E.g. the reference before an export that cannot
-    represent the custom ops."""
-    check_implementation(name)
-    for m in model.modules():
-        if isinstance(m, KernelAttention):
-            m.implementation = name
-    return model
 
 
 @register_attention('lisa')
@@ -51,7 +27,7 @@ class LiSAAttention(KernelAttention):
 
           Y_global,i = sum_{k=0}^{T-1} beta_k(i) (S^k V)_i
 
-      evaluated by the low-rank recursion of :mod:`.walk` in O(n d^2 + T d^3).
+      evaluated by the low-rank recursion of :mod:`.ops.walk` in O(n d^2 + T d^3).
       ``step_weights='geometric'``: ``beta_k = (1-beta) beta^k / (1-beta^T)``.
       ``step_weights='adaptive'`` (Eq. 10): ``beta(i) = softmax(MLP([q_i; k_i]))``
       per token and head, the MLP ``2d -> hidden -> GELU -> T`` shared by the
@@ -72,15 +48,15 @@ class LiSAAttention(KernelAttention):
     ``log`` of the geometric weights as bias, so training starts from the
     geometric walk.
 
-    Implementations (``implementation``, or :func:`set_implementation` for a
-    whole model): 'reference' is the definition, Eq. 8 and the window softmax
-    in plain tensor code differentiated by autograd
-    (:func:`~.walk.random_walk_reference`,
-    :func:`~.local.neighbourhood_attention_reference`); 'fast' (default) runs
-    the same math as custom ops with analytic backward passes, the fused CPU
-    kernel of the local branch and its row blocking (and the fused kernels of
-    :class:`KernelAttention`, :mod:`.fused`), held to the reference by the
-    tests. T = infinity is plain tensor code in both.
+    Backends (``backend``, :func:`~.base.set_backend` for a whole model or
+    :func:`.ops.use_backend` globally; :mod:`.ops.backend`): 'reference' is the
+    definition, Eq. 8 and the window softmax in plain tensor code differentiated by
+    autograd (:func:`~.ops.random_walk_reference`,
+    :func:`~.ops.neighbourhood_attention_reference`); 'torch' runs the same math as
+    custom ops with analytic backward passes in tensor operations (the local branch in
+    CPU row blocks); 'cpu_kernel' those ops by the compiled CPU kernels; 'auto' (the
+    default) the first that can run. All are held to the reference by the tests.
+    T = infinity is plain tensor code in every backend.
 
     Args:
         num_steps: truncation T >= 1 (T = 1 is the self-loop), or ``math.inf``.
@@ -90,7 +66,7 @@ class LiSAAttention(KernelAttention):
         use_global, use_local: keep each branch (Table 6's ablation); alpha
             exists only with both.
         local_kernel_size: odd window size of the local branch.
-        implementation: 'fast' or 'reference' (see above).
+        backend: one of :data:`.ops.CHOICES`, or None (default): the global choice (see above).
         **kwargs: :class:`KernelAttention` arguments (focusing, dwc, pos_shape, ...).
     """
 
@@ -105,7 +81,7 @@ class LiSAAttention(KernelAttention):
         use_global: bool = True,
         use_local: bool = True,
         local_kernel_size: int = 3,
-        implementation: str = 'fast',
+        backend: str | None = None,
         focusing: bool = True,
         dwc: bool = True,
         **kwargs,
@@ -113,8 +89,7 @@ class LiSAAttention(KernelAttention):
         for name, flag in dict(use_global=use_global, use_local=use_local, focusing=focusing, dwc=dwc).items():
             if not isinstance(flag, bool):  # 'no' or 0 would silently count as a choice
                 raise ValueError(f'{name}={flag!r} must be True or False')
-        super().__init__(dim, num_heads, focusing=focusing, dwc=dwc,
-                         implementation=check_implementation(implementation), **kwargs)
+        super().__init__(dim, num_heads, focusing=focusing, dwc=dwc, backend=backend, **kwargs)
         if num_steps == 'inf':
             num_steps = math.inf
         if not (num_steps == math.inf or (isinstance(num_steps, int) and num_steps >= 1)):
@@ -175,15 +150,14 @@ class LiSAAttention(KernelAttention):
             weights = self.step_weights_of(q, k)
         else:
             weights = geometric_weights(self.beta, self.num_steps).to(v.device, torch.float32)
-        walk = IMPLEMENTATIONS[self.implementation][0]
-        return walk(q, k, v, weights if weight is None else weights * weight, self.eps)
+        return random_walk(q, k, v, weights if weight is None else weights * weight, self.eps, backend=self.backend)
 
     def local_branch(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int],
                      weight: Tensor | None = None) -> Tensor:
         """The 3x3 attention (prefix tokens attend to themselves), times the per-head
         ``weight (1, h, 1, 1)`` when given."""
-        local = IMPLEMENTATIONS[self.implementation][1]
-        return local(q, k, v, hw_shape, self.head_dim ** -0.5, self.local_kernel_size, weight, self.num_prefix_tokens)
+        return neighbourhood_attention(q, k, v, hw_shape, self.head_dim ** -0.5, self.local_kernel_size, weight,
+                                       self.num_prefix_tokens, backend=self.backend)
 
     def mix(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         # Both branches read q, k, v many times; per-head contiguous copies make every pass dense.

@@ -1,4 +1,4 @@
-// Fused CPU kernels of the kernel attentions' token-wise parts (projects/lisa/models/attention/base.py).
+// Fused CPU kernels of the kernel attentions' token-wise parts (projects/lisa/models/attention/ops/features.py, ops/depthwise.py).
 //
 // depthwise_*: the depthwise k x k convolution of the values (FLatten's DWC, shared weights
 // across heads), forward and backward, on the token layout itself: (..., p + H*W, d) contiguous

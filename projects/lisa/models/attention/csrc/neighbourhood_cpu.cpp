@@ -1,4 +1,4 @@
-// Fused CPU kernel of LiSA's local branch (projects/lisa/models/attention/local.py):
+// Fused CPU kernel of LiSA's local branch (projects/lisa/models/attention/ops/neighbourhood.py):
 // softmax attention over each grid token's k x k neighbourhood, forward and backward.
 //
 // Tensors are (..., p + H*W, d) contiguous, BH batch-heads in the leading dimensions (outputs

@@ -1,4 +1,4 @@
-// Fused CPU kernels of the random walk's token-wise passes (projects/lisa/models/attention/walk.py,
+// Fused CPU kernels of the random walk's token-wise passes (projects/lisa/models/attention/ops/walk.py,
 // _walk_forward / _walk_backward, where the notation is defined). The d x d products stay with BLAS;
 // these replace the chains of elementwise operations around them, each a single pass over the rows.
 // Every tensor is contiguous, (BH, n, width) per token or (BH, 1, width) per batch-head.

@@ -20,24 +20,20 @@ fp16/bf16 finite. The stabilising epsilon enters as
 
 scale-free as well; it only matters for an all-zero q_i (ReLU features).
 
-Two implementations. :func:`random_walk_reference` is the definition: Eq. 8
-in a few lines of tensor code, differentiated by autograd. :func:`random_walk`
-is the fast path the models run by default: the same forward with an
-analytic backward, as the registered custom op ``lisa::random_walk`` (so
-``torch.compile`` traces it); the tests hold it to the reference in float64,
-forward and gradients. Under ``torch.export`` (and so ``torch.onnx.export(...,
-dynamo=True)``) :func:`random_walk` traces the reference, since no exporter can
-represent the custom op. T = infinity has one implementation,
-:func:`untruncated_walk`, plain tensor code.
+Backends (:mod:`.backend`). ``'reference'``: :func:`random_walk_reference`, the
+definition, Eq. 8 in a few lines of tensor code differentiated by autograd.
+``'torch'``: the same forward with an analytic backward, as the registered custom
+op ``lisa::random_walk`` (so ``torch.compile`` traces it); ``'cpu_kernel'``: that op
+with its token-wise passes by the compiled kernels (``csrc/walk_cpu.cpp``). The
+tests hold every backend to the reference in float64, forward and gradients.
+T = infinity has one implementation, :func:`untruncated_walk`, plain tensor code.
 """
 from __future__ import annotations
-
-import functools
 
 import torch
 from torch import Tensor
 
-from . import fused
+from .backend import can_run, extension, resolve
 
 
 def geometric_weights(beta: float, num_steps: int) -> Tensor:
@@ -74,7 +70,7 @@ def compute_dtype(*tensors: Tensor) -> torch.dtype:
     return dtype
 
 
-def random_walk(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) -> Tensor:
+def random_walk(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float, backend: str | None = None) -> Tensor:
     """``Y_i = sum_{k=0}^{T-1} w_k(i) (S^k V)_i`` (Eq. 4 and Eq. 10), ``(B, h, n, dv)``.
 
     ``q, k (B, h, n, d)`` are the non-negative features; ``weights (..., T)``
@@ -85,21 +81,21 @@ def random_walk(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) ->
         Y = w_0 V + sum_{k>=1} w_k Q~ M_k
 
     Fixed weights fold into one d x dv matrix; per-token weights read
-    ``Q~ [M_1 | ... | M_(T-1)]`` in a single token pass. Backward is analytic
-    (:func:`_walk_backward`): it keeps ``Q~``, ``K / max(K)``, ``V``, the weights
-    and the d x dv matrices, never a token-sized tensor per walk term. Under
-    autocast the walk runs in the autocast dtype.
+    ``Q~ [M_1 | ... | M_(T-1)]`` in a single token pass. The custom op's backward is
+    analytic (:func:`_walk_backward`): it keeps ``Q~``, ``K / max(K)``, ``V``, the weights
+    and the d x dv matrices, never a token-sized tensor per walk term; it runs in the
+    autocast dtype under autocast. ``backend``: :mod:`.backend`.
     """
-    num_steps = weights.shape[-1]
-    if num_steps == 1:
-        return v * weights.to(v.dtype)
     dtype = compute_dtype(q, k, v)
-    if torch.compiler.is_exporting():  # torch.export / ONNX: the definition, in exportable tensor operations
-        return random_walk_reference(q.to(dtype), k.to(dtype), v.to(dtype), weights.to(dtype), eps).to(v.dtype)
-    weights = weights.reshape((1,) * (4 - weights.dim()) + weights.shape)
     with torch.autocast(q.device.type, enabled=False):
-        out = torch.ops.lisa.random_walk(q.to(dtype), k.to(dtype), v.to(dtype), weights.to(dtype), eps)[0]
-    return out.to(v.dtype)
+        args = (q.to(dtype), k.to(dtype), v.to(dtype), weights.to(dtype))
+        backend = resolve(backend, *args)
+        if backend != 'reference':
+            if weights.shape[-1] == 1:
+                return v * weights.to(v.dtype)
+            w = args[3].reshape((1,) * (4 - weights.dim()) + weights.shape)
+            return torch.ops.lisa.random_walk(*args[:3], w, eps, backend == 'cpu_kernel')[0].to(v.dtype)
+    return random_walk_reference(q, k, v, weights, eps)
 
 
 def random_walk_reference(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) -> Tensor:
@@ -134,10 +130,23 @@ def _sum_to(x: Tensor, shape: torch.Size) -> Tensor:
     return x.sum(dims, keepdim=True) if dims else x
 
 
+def _kernels(kernels: bool, *tensors: Tensor) -> bool:
+    """Whether a token-wise pass runs by the compiled kernels: asked for (``kernels``) and runnable on ``tensors``."""
+    return kernels and can_run('cpu_kernel', *tensors)
+
+
+def row_argmax(x: Tensor, kernels: bool) -> Tensor:
+    """``x.argmax(-1, keepdim=True)`` (the first index among equal maxima), with ``kernels`` by the
+    compiled pass: torch's argmax over rows of a head's width is ~10x slower than a pass over them."""
+    if _kernels(kernels, x):
+        return extension('walk').row_argmax(x.contiguous())
+    return x.argmax(-1, keepdim=True)
+
+
 def _scaled_features(q: Tensor, k: Tensor, eps: float, kernels: bool) -> list[Tensor]:
     """``[q_hat, k_bar, mq, mk, c, q_scale, k_scale, mu]`` of :func:`_walk_forward`'s first lines."""
-    if kernels and fused.available(fused.WALK_KERNEL, q, k):
-        return fused.WALK_KERNEL.walk_prepare(q.contiguous(), k.contiguous(), eps)
+    if _kernels(kernels, q, k):
+        return extension('walk').walk_prepare(q.contiguous(), k.contiguous(), eps)
     n = k.shape[-2]
     s = n ** -0.5
     sd = torch.promote_types(q.dtype, torch.float32)  # per-token scalars: float32 at least
@@ -156,14 +165,13 @@ def _scaled_features(q: Tensor, k: Tensor, eps: float, kernels: bool) -> list[Te
 
 def _per_token_kernels(kernels: bool, weights: Tensor, *tensors: Tensor) -> bool:
     """Whether the fused passes of per-token weights ``(B, h, n, T)`` can run."""
-    return (kernels and weights.shape[:-1] == tensors[0].shape[:-1]
-            and fused.available(fused.WALK_KERNEL, weights, *tensors))
+    return weights.shape[:-1] == tensors[0].shape[:-1] and _kernels(kernels, weights, *tensors)
 
 
 def _combine(v: Tensor, hops: Tensor, weights: Tensor, kernels: bool) -> Tensor:
     """``Y = w_0 v + sum_{t>=1} w_t hop_t`` for per-token weights, ``hops (B, h, n, (T-1) dv)``."""
     if _per_token_kernels(kernels, weights, v, hops):
-        return fused.WALK_KERNEL.walk_combine(v.contiguous(), hops, weights.contiguous())
+        return extension('walk').walk_combine(v.contiguous(), hops, weights.contiguous())
     out = weights[..., :1] * v
     for t, hop in enumerate(hops.chunk(weights.shape[-1] - 1, dim=-1), start=1):
         out.addcmul_(weights[..., t:t + 1], hop)
@@ -176,8 +184,8 @@ def _combine_backward(grad: Tensor, v: Tensor, q_hat: Tensor, proj: Tensor, weig
     ``[w_1 grad | ... | w_(T-1) grad]`` (for ``d M = q_hat^T (.)``), ``d q_hat = sum_t w_t proj_t``
     and ``d w``, ``(B, h, n, T)``."""
     if _per_token_kernels(kernels, weights, grad, v, q_hat, proj):
-        return fused.WALK_KERNEL.walk_combine_backward(grad.contiguous(), v.contiguous(), q_hat, proj,
-                                                      weights.contiguous())
+        return extension('walk').walk_combine_backward(grad.contiguous(), v.contiguous(), q_hat, proj,
+                                                       weights.contiguous())
     steps = weights.shape[-1] - 1
     w_grad = grad.new_empty(grad.shape[:-1] + (steps * grad.shape[-1],))
     d_w = [_row_dot(grad, v)]
@@ -196,19 +204,19 @@ def _q_backward(d_q_hat: Tensor, q_hat: Tensor, mu: Tensor, mq: Tensor, c: Tenso
     ``c_i = s / (q_i.mu / mq_i + eps)``; with ``e_i = -(q_hat_i.d_q_hat_i) / s``,
     ``d q_i = (c_i / mq_i) (d_q_hat_i + e_i mu)`` (+ ``eps c_i e_i / mq_i`` at the argmax of
     ``q_i``), ``d mu = sum_i e_i q_hat_i``."""
-    if kernels and fused.available(fused.WALK_KERNEL, d_q_hat, q_hat, mu, mq, c, q_scale):
-        return d_q_hat, fused.WALK_KERNEL.walk_q_backward(d_q_hat, q_hat, mu, mq, c, q_scale, eps)
+    if _kernels(kernels, d_q_hat, q_hat, mu, mq, c, q_scale):
+        return d_q_hat, extension('walk').walk_q_backward(d_q_hat, q_hat, mu, mq, c, q_scale, eps)
     s = q_hat.shape[-2] ** -0.5
     e = _row_dot(q_hat, d_q_hat).unsqueeze(-1) * (-1 / s)
     d_mu = (e.transpose(-2, -1) @ q_hat).to(mu.dtype)
     d_q = torch.mul(d_q_hat.addcmul_(e, mu.to(e.dtype)), q_scale, out=d_q_hat)
     # the argmax found now (not saved): q_hat_i is a positive multiple of q_i
-    d_q.scatter_add_(-1, fused.row_argmax(q_hat), (e * c * torch.where(mq > 0, eps / mq, 0.0)).to(d_q.dtype))
+    d_q.scatter_add_(-1, row_argmax(q_hat, kernels), (e * c * torch.where(mq > 0, eps / mq, 0.0)).to(d_q.dtype))
     return d_q, d_mu
 
 
 def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float,
-                  kernels: bool = True) -> tuple[Tensor, list[Tensor]]:
+                  kernels: bool) -> tuple[Tensor, list[Tensor]]:
     """The walk of :func:`random_walk`: its output and what :func:`_walk_backward` needs.
 
     Forward, per (batch, head), with ``s = n^-1/2``, ``mq_i = max_c q_ic`` and
@@ -223,8 +231,8 @@ def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float,
     ``q_i`` and of ``K`` except through eps, so the gradient the maxima pass
     on to their argmax is the eps term's, in closed form. Token-sized tensors
     saved: ``q_hat`` and ``k_bar`` beside the inputs ``v`` and the weights.
-    ``kernels``: the token-wise passes by the fused CPU kernels where they
-    can run (:mod:`.fused`); False in the fake implementation.
+    ``kernels``: the token-wise passes by the compiled CPU kernels (backend
+    ``'cpu_kernel'``) where they can run; ignored by the fake implementation.
     """
     saved = _scaled_features(q, k, eps, kernels)
     q_hat, k_bar = saved[:2]
@@ -241,7 +249,7 @@ def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float,
 
 
 def _walk_backward(grad: Tensor, v: Tensor, weights: Tensor, saved: list[Tensor], eps: float,
-                   kernels: bool = True) -> list[Tensor]:
+                   kernels: bool) -> list[Tensor]:
     """Gradients of :func:`_walk_forward`'s output with respect to ``q, k, v, weights``."""
     q_hat, k_bar, mq, mk, c, q_scale, k_scale, mu, a, m = saved
     s = k_bar.shape[-2] ** -0.5
@@ -273,32 +281,32 @@ def _walk_backward(grad: Tensor, v: Tensor, weights: Tensor, saved: list[Tensor]
     d_mk = -torch.where(mk > 0, ((d_a * a).sum((-2, -1), keepdim=True) + (d_m[0] * m[..., 0, :, :]).sum(
         (-2, -1), keepdim=True) + (d_mu * mu).sum((-2, -1), keepdim=True)) / mk, 0.0)
     d_k = torch.addcmul((d_mu * (s * k_scale)).to(d_k_bar.dtype), d_k_bar, k_scale, out=d_k_bar)
-    d_k.flatten(-2).scatter_add_(-1, fused.row_argmax(k_bar.flatten(-2)), d_mk.flatten(-2).to(d_k.dtype))
+    d_k.flatten(-2).scatter_add_(-1, row_argmax(k_bar.flatten(-2), kernels), d_mk.flatten(-2).to(d_k.dtype))
     return [d_q, d_k, d_v, d_weights]
 
 
 def _setup_context(ctx, inputs: tuple, output: tuple) -> None:
-    _, _, v, weights, eps = inputs
+    _, _, v, weights, ctx.eps, ctx.kernels = inputs
     ctx.save_for_backward(v, weights, *output[1])
-    ctx.eps = eps
     ctx.set_materialize_grads(False)  # no zero gradients for the saved outputs
 
 
 def _backward(ctx, grad: Tensor, _: list) -> tuple:
     if grad is None:
-        return (None,) * 5
+        return (None,) * 6
     v, weights, *saved = ctx.saved_tensors
-    return (*_backward_op(grad, v, weights, saved, ctx.eps), None)
+    return (*_backward_op(grad, v, weights, saved, ctx.eps, ctx.kernels), None, None)
 
 
-# The fast path as custom ops (opaque to torch.compile, with autograd); their fake
-# implementations are the same code without the fused kernels, run on fake tensors.
+# Backends 'torch' and 'cpu_kernel' as custom ops (opaque to torch.compile, with autograd); their
+# fake implementations are the same code without the compiled kernels, run on fake tensors.
 _forward_op = torch.library.custom_op('lisa::random_walk', _walk_forward, mutates_args=(), schema=(
-    '(Tensor q, Tensor k, Tensor v, Tensor weights, float eps) -> (Tensor, Tensor[])'))
+    '(Tensor q, Tensor k, Tensor v, Tensor weights, float eps, bool kernels) -> (Tensor, Tensor[])'))
 _backward_op = torch.library.custom_op('lisa::random_walk_backward', _walk_backward, mutates_args=(), schema=(
-    '(Tensor grad, Tensor v, Tensor weights, Tensor[] saved, float eps) -> Tensor[]'))
-_forward_op.register_fake(functools.partial(_walk_forward, kernels=False))
-_backward_op.register_fake(functools.partial(_walk_backward, kernels=False))
+    '(Tensor grad, Tensor v, Tensor weights, Tensor[] saved, float eps, bool kernels) -> Tensor[]'))
+_forward_op.register_fake(lambda q, k, v, weights, eps, kernels: _walk_forward(q, k, v, weights, eps, False))
+_backward_op.register_fake(lambda grad, v, weights, saved, eps, kernels: _walk_backward(grad, v, weights, saved,
+                                                                                         eps, False))
 _forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 

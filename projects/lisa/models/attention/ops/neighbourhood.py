@@ -1,29 +1,24 @@
-"""LiSA's local branch: softmax attention over each token's 3x3 grid neighbourhood."""
+"""LiSA's local branch: softmax attention over each token's 3x3 grid neighbourhood, as one operator."""
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-try:  # the fused CPU kernel, csrc/neighbourhood_cpu.cpp, built by `pip install -e .` (setup.py)
-    from . import _neighbourhood_cpu as CPU_KERNEL
-except ImportError:  # not built: the same math in tensor operations (slower on the CPU)
-    CPU_KERNEL = None
+from .backend import extension, resolve
 
 # Elements of one operand processed at a time on the CPU by the tensor-operation
 # path: the window offsets then reuse it from cache instead of streaming it from
 # memory once per offset.
 CPU_BLOCK_ELEMENTS = 3 << 17
-FUSED, TENSOR_OPS = 'fused CPU kernel', 'tensor operations'
 
 
 def neighbourhood_attention(
     q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], scale: float, kernel_size: int = 3,
-    out_scale: Tensor | None = None, num_prefix_tokens: int = 0
+    out_scale: Tensor | None = None, num_prefix_tokens: int = 0, backend: str | None = None
 ) -> Tensor:
     """``Y_i = w sum_{j in N(i)} softmax_j(scale q_i.k_j) v_j`` over grid tokens.
 
@@ -36,36 +31,30 @@ def neighbourhood_attention(
     (``w``, default 1) broadcasts to ``(B, h, 1, 1)``: a fusion weight folded
     into the attention weights, which costs no pass over the tokens.
 
-    :func:`neighbourhood_attention_reference` is the definition; this is the
-    fast path, a registered custom op with its own backward. On the CPU a
-    fused kernel (``csrc/neighbourhood_cpu.cpp``, op ``lisa::neighbourhood_fused``)
-    computes each token's window in one go, forward and backward, parallel
-    over grid rows. Elsewhere (or where the kernel is not built) each window
-    offset is one tensor operation over the overlapping parts of two grids
-    (op ``lisa::neighbourhood``; no padded or unfolded copies); on the CPU in
-    row blocks that stay in cache across the offsets. Both keep q, k, v and
-    the ``k*k`` weights per token for backward and gather each token's
-    gradients from its neighbours (no scatter), so the result does not depend
-    on the number of threads. Under ``torch.export`` (and so
-    ``torch.onnx.export(..., dynamo=True)``) the reference is traced instead,
-    since no exporter can represent the custom ops. The branch runs in float32 at least (exp of
-    large similarities under fp16/bf16); the output has ``v``'s dtype.
+    Backends (:mod:`.backend`): ``'reference'`` is the definition,
+    :func:`neighbourhood_attention_reference`. ``'torch'`` (op ``lisa::neighbourhood``)
+    computes each window offset as one tensor operation over the overlapping parts
+    of two grids (no padded or unfolded copies), on the CPU in row blocks that stay
+    in cache across the offsets. ``'cpu_kernel'`` (op ``lisa::neighbourhood_fused``,
+    ``csrc/neighbourhood_cpu.cpp``) computes each token's window in one go, forward
+    and backward, parallel over grid rows. Both ops have their own backward, keep
+    q, k, v and the ``k*k`` weights per token for it and gather each token's
+    gradients from its neighbours (no scatter), so the result does not depend on
+    the number of threads; they run in float32 at least (exp of large similarities
+    under fp16/bf16), the output has ``v``'s dtype.
     """
     dtype = torch.promote_types(torch.promote_types(q.dtype, v.dtype), torch.float32)
-    out_dtype = v.dtype
-    if torch.compiler.is_exporting():  # torch.export / ONNX: the definition, in exportable tensor operations
-        out = neighbourhood_attention_reference(q.to(dtype), k.to(dtype), v.to(dtype), hw_shape, scale, kernel_size,
-                                                None if out_scale is None else out_scale.to(dtype), num_prefix_tokens)
-        return out.to(out_dtype)
-    # (B, h, N, d) as it is: the ops return gradients in that shape, which autograd can add
-    # the other branches' gradients to in place (not to a view of a reshaped tensor).
-    q, k, v = (t.to(dtype).contiguous() for t in (q, k, v))
-    out_scale = torch.ones((), dtype=dtype, device=q.device) if out_scale is None else out_scale
-    out_scale = out_scale.to(dtype).expand(*q.shape[:2], 1, 1).flatten().contiguous()
-    op = torch.ops.lisa.neighbourhood_fused if implementation(q.device.type) == FUSED else torch.ops.lisa.neighbourhood
     with torch.autocast(q.device.type, enabled=False):
-        out = op(q, k, v, out_scale, *hw_shape, num_prefix_tokens, scale, kernel_size)[0]
-    return out.to(out_dtype)
+        # (B, h, N, d) as it is: the ops return gradients in that shape, which autograd can add
+        # the other branches' gradients to in place (not to a view of a reshaped tensor).
+        qkv = tuple(t.to(dtype).contiguous() for t in (q, k, v))
+        backend = resolve(backend, *qkv)
+        if backend != 'reference':
+            w = torch.ones((), dtype=dtype, device=q.device) if out_scale is None else out_scale
+            w = w.to(dtype).expand(*q.shape[:2], 1, 1).flatten().contiguous()
+            op = torch.ops.lisa.neighbourhood_fused if backend == 'cpu_kernel' else torch.ops.lisa.neighbourhood
+            return op(*qkv, w, *hw_shape, num_prefix_tokens, scale, kernel_size)[0].to(v.dtype)
+    return neighbourhood_attention_reference(q, k, v, hw_shape, scale, kernel_size, out_scale, num_prefix_tokens)
 
 
 def neighbourhood_attention_reference(
@@ -86,11 +75,6 @@ def neighbourhood_attention_reference(
     attn = logits.masked_fill(~inside, -math.inf).softmax(-1)
     out = torch.cat([v[:, :, :p], (attn.unsqueeze(-1) * windows(v)).sum(-2).flatten(2, 3)], dim=2)
     return out if out_scale is None else out * out_scale
-
-
-def implementation(device_type: str) -> str:
-    """What runs :func:`neighbourhood_attention` on ``device_type``: :data:`FUSED` or :data:`TENSOR_OPS`."""
-    return FUSED if device_type == 'cpu' and CPU_KERNEL is not None else TENSOR_OPS
 
 
 def _prefix_forward(v: Tensor, out_scale: Tensor, out: Tensor, p: int) -> None:
@@ -115,7 +99,7 @@ def _fused_forward(q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, h: int, w
     """:func:`neighbourhood_attention` by the fused CPU kernel on contiguous ``(..., p + H*W, d)``
     tokens: the output (in ``v``'s shape) and the attention weights ``(BH, H, W, k*k)``."""
     p = num_prefix_tokens
-    out, attn = CPU_KERNEL.forward(q, k, v, out_scale, p, h, w, scale, kernel_size)
+    out, attn = extension('neighbourhood').forward(q, k, v, out_scale, p, h, w, scale, kernel_size)
     _prefix_forward(v, out_scale, out, p)
     return out, attn.view(-1, h, w, kernel_size ** 2)
 
@@ -124,7 +108,8 @@ def _fused_backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, out_scale: Te
                     num_prefix_tokens: int, scale: float, kernel_size: int) -> tuple[Tensor, ...]:
     """:func:`_tensor_backward` by the fused CPU kernel (gradients in the shapes of ``q, k, v``)."""
     p = num_prefix_tokens
-    d_q, d_k, d_v, d_w_rows = CPU_KERNEL.backward(grad, q, k, v, out_scale, attn, p, h, w, scale, kernel_size)
+    d_q, d_k, d_v, d_w_rows = extension('neighbourhood').backward(grad, q, k, v, out_scale, attn, p, h, w, scale,
+                                                                  kernel_size)
     return d_q, d_k, d_v, d_w_rows.sum(1) + _prefix_backward(grad, v, out_scale, d_q, d_k, d_v, p)
 
 
@@ -174,9 +159,6 @@ def _tensor_forward(q: Tensor, k: Tensor, v: Tensor, out_scale: Tensor, h: int, 
         dw = sum_(i,o) a_o(i) p_o(i),   g_o(i) = w a_o(i) (p_o(i) - sum_o' a_o'(i) p_o'(i)),
         dq_i = scale sum_o g_o(i) k_(i+o),  dk_(i+o) += scale g_o(i) q_i,  dv_(i+o) += w a_o(i) G_i.
     """
-    if q.device.type == 'cpu':
-        warnings.warn('projects.lisa: the fused CPU kernel of the local branch is not built, using tensor '
-                      'operations (slower); build it with `pip install --no-build-isolation -e .`', stacklevel=1)
     p = num_prefix_tokens
     r = kernel_size // 2
     windows = [_Window(dy, dx, h, w) for dy in range(-r, r + 1) for dx in range(-r, r + 1)]
