@@ -68,7 +68,7 @@ def roi_features(feats: Sequence[Tensor], boxes: Tensor, extractor: nn.Module) -
     Box ``i`` is pooled from FPN level ``clamp(floor(log2(sqrt(w h) / finest_scale + 1e-6)), 0, L - 1)``
     by that level's RoI Align; every level pools every box and the box's own level is selected
     (no data-dependent split)."""
-    rois = torch.cat([boxes.new_zeros(len(boxes), 1), boxes], dim=1)
+    rois = torch.cat([torch.zeros_like(boxes[:, :1]), boxes], dim=1)  # image 0
     levels = len(extractor.featmap_strides)
     scale = torch.sqrt((rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2]))
     target = torch.floor(torch.log2(scale / extractor.finest_scale + 1e-6)).clamp(min=0, max=levels - 1).long()
@@ -151,8 +151,8 @@ class MaskRCNNDetections(nn.Module):
         coder = head.bbox_coder
         boxes = decode_boxes(proposals.repeat_interleave(classes, dim=0), bbox_pred.reshape(-1, 4), coder.means,
                              coder.stds, img_shape)  # (K classes, 4), proposal-major as the scores
+        labels = torch.arange(classes, device=scores.device).expand_as(scores).reshape(-1)
         scores = scores.reshape(-1)
-        labels = torch.arange(classes, device=scores.device).repeat(len(proposals))
         valid = scores > cfg.score_thr
         boxes, scores, labels = boxes[valid], scores[valid], labels[valid]
         keep = batched_nms(boxes, scores, labels, cfg.nms.iou_threshold)[:cfg.max_per_img]
@@ -164,7 +164,8 @@ class MaskRCNNDetections(nn.Module):
         roi_head = self.model.roi_head
         extractor = roi_head.bbox_roi_extractor if roi_head.share_roi_extractor else roi_head.mask_roi_extractor
         logits = roi_head.mask_head(roi_features(feats[:extractor.num_inputs], boxes, extractor))
-        return logits[torch.arange(len(boxes), device=boxes.device), labels].sigmoid()
+        own = labels[:, None, None, None].expand(-1, 1, *logits.shape[2:])
+        return logits.gather(1, own)[:, 0].sigmoid()
 
 
 def check_exportable(model: nn.Module) -> None:
