@@ -64,7 +64,7 @@ def test_batched_nms_keeps_what_mmcv_batched_nms_keeps(groups, iou):
 TINY = {
     'pvt': ('backbone=dict(arch=dict(_delete_=True, embed_dims=[16, 32, 48, 64], depths=[1, 1, 1, 1], '
             'num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2]))', [16, 32, 48, 64]),
-    'swin': ('backbone=dict(arch=dict(embed_dims=16, depths=[1, 1, 2, 1], num_heads=[1, 2, 2, 4]))',
+    'swin': ('backbone=dict(arch=dict(_delete_=True, embed_dims=16, depths=[1, 1, 2, 1], num_heads=[1, 2, 2, 4]))',
              [16, 32, 64, 128]),
 }
 HEADS = ('rpn_head=dict(in_channels=16, feat_channels=16), roi_head=dict(bbox_roi_extractor=dict(out_channels=16), '
@@ -72,7 +72,7 @@ HEADS = ('rpn_head=dict(in_channels=16, feat_channels=16), roi_head=dict(bbox_ro
          'mask_head=dict(in_channels=16, conv_out_channels=16))')
 
 
-def test_config(base: Path, data_root: Path, out: Path, model: str) -> Path:
+def detection_config(base: Path, data_root: Path, out: Path, model: str) -> Path:
     """``base`` testing on the generated COCO val set at ``data_root`` (images enlarged 1.25 times:
     a scale factor to undo, and padding), its ``model`` overridden."""
     out.write_text(
@@ -99,7 +99,7 @@ def coco_val(tmp_path_factory) -> dict[int, Path]:
     return roots
 
 
-def test_loader(config: Path):
+def detection_loader(config: Path):
     from mmengine.config import Config
     from mmengine.runner import Runner
 
@@ -183,26 +183,49 @@ CONFIGS = [f'mask-rcnn_{name}_fpn_1x_coco.py' for name in
 def test_onnx_detections_equal_mmdet_test_at_two_sizes(config, coco_val, tmp_path):
     """One graph, exported at one size, gives mmdet's own test detections (count, boxes, scores,
     labels, pasted masks) on generated images of two other sizes, for each backbone and attention.
-    Tiny widths and random weights, the box classifier made confident so that about 100 boxes pass
-    the score threshold. About a minute each (the export)."""
+    Tiny widths and random weights, the box classifier made confident in the generated classes so
+    that 100 boxes pass the score threshold; box and mask AP (mmdet's CocoMetric) of the two equal
+    within 0.1. About a minute each (the export)."""
     family = 'swin' if 'swin' in config else 'pvt'
     backbone, widths = TINY[family]
     model = f'{backbone}, neck=dict(in_channels={widths}, out_channels=16), {HEADS}'
-    cfg = {size: test_config(ROOT / 'configs/detection' / config, root, tmp_path / f'{size}.py', model)
+    cfg = {size: detection_config(ROOT / 'configs/detection' / config, root, tmp_path / f'{size}.py', model)
            for size, root in coco_val.items()}
+    from projects.lisa.synthetic.synthetic import COCO_LOOKS
+
+    loaders = {size: detection_loader(path) for size, path in cfg.items()}
+    drawn = [loaders[96].dataset.cat2label[c] for c in COCO_LOOKS]  # the generated images' classes
     torch.manual_seed(0)
     wrapped = deploy.build_model(str(cfg[96]), None)
     head = wrapped.model.roi_head.bbox_head
-    with torch.no_grad():  # class scores spread over 0.1-0.5 for a few classes, boxes moved off the proposals
+    with torch.no_grad():  # scores spread over 0.1-0.5 for the drawn classes, boxes moved off the proposals
         head.fc_cls.weight.mul_(10)
-        head.fc_cls.bias[:4] += 3
+        head.fc_cls.bias[drawn] += 3
         head.fc_reg.weight.mul_(30)
     deploy.export(wrapped, (64, 96), tmp_path / 'mrcnn.onnx', opset=18)
     session = ort.InferenceSession(str(tmp_path / 'mrcnn.onnx'), providers=['CPUExecutionProvider'])
-    for size in cfg:
-        loader = test_loader(cfg[size])
+    for size, loader in loaders.items():
         pairs = both_detections(wrapped, session, loader)
         found = assert_agree(pairs)
         ap = average_precision(pairs, loader)
         print(f'{config} {size}px:', found, ap)
         assert all(abs(eager - onnx) <= 1e-3 for eager, onnx in ap.values()), ap  # 0.1 AP points
+
+
+@pytest.mark.parametrize('change, message', [
+    ("test_cfg=dict(rcnn=dict(nms=dict(type='soft_nms')))", "test_cfg.rcnn.nms is {'type': 'soft_nms'"),
+    ('roi_head=dict(bbox_head=dict(reg_class_agnostic=True))', 'the box head regresses class-agnostic boxes'),
+    ('roi_head=dict(mask_roi_extractor=dict(roi_layer=dict(aligned=False)))', 'mask_roi_extractor pools with'),
+    ('rpn_head=dict(bbox_coder=dict(clip_border=False))',
+     'rpn_head.bbox_coder is DeltaXYWHBBoxCoder (clip_border=False'),
+])
+def test_export_refuses_a_detector_whose_post_processing_it_does_not_reproduce(change, message, tmp_path, capsys):
+    from tools import export_onnx
+
+    config = tmp_path / 'changed.py'
+    config.write_text(f"_base_ = '{ROOT}/configs/detection/mask-rcnn_lisa-pvt-t_fpn_1x_coco.py'\n"
+                      f'model = dict({change})\n')
+    assert export_onnx.main([str(config), 'none', '--shape', '64', '64', '--out', str(tmp_path / 'm.onnx')]) == 1
+    err = capsys.readouterr().err
+    assert message in err and 'the exported detector is a Mask R-CNN' in err
+    assert not (tmp_path / 'm.onnx').exists()
