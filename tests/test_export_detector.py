@@ -198,10 +198,11 @@ def test_onnx_detections_equal_mmdet_test_at_two_sizes(config, coco_val, tmp_pat
     torch.manual_seed(0)
     wrapped = deploy.build_model(str(cfg[96]), None)
     head = wrapped.model.roi_head.bbox_head
-    with torch.no_grad():  # scores spread over 0.1-0.5 for the drawn classes, boxes moved off the proposals
-        head.fc_cls.weight.mul_(10)
+    with torch.no_grad():  # scores spread over 0.1-0.7 for the drawn classes, boxes moved off the proposals,
+        head.fc_cls.weight.mul_(10)  # proposals off the anchors (whose IoUs, on a grid, can sit at NMS's threshold)
         head.fc_cls.bias[drawn] += 3
         head.fc_reg.weight.mul_(30)
+        wrapped.model.rpn_head.rpn_reg.weight.mul_(30)
     deploy.export(wrapped, (64, 96), tmp_path / 'mrcnn.onnx', opset=18)
     session = ort.InferenceSession(str(tmp_path / 'mrcnn.onnx'), providers=['CPUExecutionProvider'])
     for size, loader in loaders.items():

@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import nms as _nms  # noqa: F401  (registers lisa::nms)
-from . import roi_align as _roi_align  # noqa: F401  (registers lisa::roi_align)
+from . import nms as _nms  # registers lisa::nms
+from . import roi_align as _roi_align  # registers lisa::roi_align
 
 #: ``custom_translation_table`` of ``torch.onnx.export`` for the detector's graph.
 TRANSLATIONS = {**_nms.TRANSLATIONS, **_roi_align.TRANSLATIONS}
@@ -56,7 +56,8 @@ def batched_nms(boxes: Tensor, scores: Tensor, groups: Tensor, iou_threshold: fl
     ``groups (N,)`` (class or FPN level): mmcv's ``batched_nms``, which shifts each group's
     boxes by ``group (max coordinate + 1)`` so that boxes of two groups never overlap, then runs
     one NMS. The boxes must be clipped to the image (non-negative), which lets an empty set take
-    0 as its maximum."""
+    0 as its maximum. (mmcv runs one NMS per group instead from 10,000 boxes on, ``split_thr``:
+    the same boxes kept unless the shift's rounding moves an IoU across the threshold.)"""
     top = torch.cat([boxes.flatten(), boxes.new_zeros(1)]).max()
     shifted = boxes + (groups.to(boxes) * (top + 1))[:, None]
     return torch.ops.lisa.nms(shifted, scores, iou_threshold)
@@ -108,8 +109,9 @@ class MaskRCNNDetections(nn.Module):
         return boxes, scores, labels, self.masks(feats, boxes, labels)
 
     def proposals(self, feats: Sequence[Tensor], img_shape: Tensor) -> Tensor:
-        """RPNHead.predict_by_feat: per level the ``nms_pre`` best anchors, decoded, boxes with
-        both sides above ``min_bbox_size``, NMS within each level, the ``max_per_img`` best."""
+        """RPNHead.predict_by_feat: per level the ``nms_pre`` best anchors (sorted even when a level
+        has fewer, which NMS's own order makes no difference), decoded, boxes with both sides
+        above ``min_bbox_size``, NMS within each level, the ``max_per_img`` best."""
         head, cfg = self.model.rpn_head, self.rpn_cfg
         cls_scores, bbox_preds = head(feats)
         priors = head.prior_generator.grid_priors([c.shape[-2:] for c in cls_scores], dtype=feats[0].dtype,
