@@ -97,7 +97,7 @@ def test_metadata_takes_the_config_s_metainfo_and_test_padding_and_a_detector_s_
     meta = deploy.inference_metadata(config)
     assert (meta.classes, meta.palette, meta.size_divisor) == (CLASSES, PALETTE, 16)
     detector = deploy.inference_metadata(ROOT / 'configs/detection/mask-rcnn_lisa-pvt-t_fpn_1x_coco.py')
-    assert (detector.task, len(detector.classes), detector.size_divisor) == ('detector-features', 80, 32)
+    assert (detector.task, len(detector.classes), detector.size_divisor) == ('detection', 80, 32)
 
 
 @pytest.mark.parametrize('align_corners', [False, True])
@@ -157,7 +157,7 @@ def test_tool_writes_the_overlay_at_the_image_s_size_and_prints_the_classes(conv
     ({f: None for f in CONV_METADATA.to_props()}, 'carries no inference metadata: re-export it with '
                                                   'tools/export_onnx.py'),
     (dict(task=None, palette=None), 'carries incomplete (no task, palette) inference metadata: re-export it'),
-    (dict(task='"detector-features"'), "holds task 'detector-features'; only 'segmentation' models run here"),
+    (dict(task='"detection"'), "holds task 'detection'; only 'segmentation' models run here"),
     (dict(classes='["a", "b"]'), 'gives 3 logit channels for 2 classes'),
 ])
 def test_tool_refuses_a_model_without_usable_metadata(change, message, conv_onnx, tmp_path, capsys):

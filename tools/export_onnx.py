@@ -1,18 +1,20 @@
-"""Export a LiSA segmentation model (or a detector's backbone + neck) to ONNX, checked against eager.
+"""Export a LiSA segmentation model or Mask R-CNN to ONNX, checked against eager.
 
     python tools/export_onnx.py CONFIG CKPT --shape H W [--check-shape H W] [--out FILE]
 
 ``CKPT`` is a checkpoint of the config's model, or ``none`` for random
-weights. What is exported (a segmentor's logits, a detector's backbone + neck
-features, height and width dynamic) and how: :mod:`projects.lisa.deploy.onnx`. The file
+weights. What is exported (a segmentor's logits; a Mask R-CNN's boxes, scores, labels
+and 28 x 28 masks, for one image with its ``img_shape``; height and width dynamic) and
+how: :mod:`projects.lisa.deploy.onnx`, :mod:`projects.lisa.deploy.detector`. The file
 carries what inference needs besides the graph (normalisation, padding, classes, palette:
 :mod:`projects.lisa.deploy.metadata`), so ``tools/onnx_infer.py`` segments images from it alone.
 
 The exported file is then always run by onnxruntime at ``--shape`` and at
 ``--check-shape`` (default: 32 pixels taller and 64 wider) and compared with
 eager PyTorch: the tool exits with status 1 unless every output agrees within
-``--rtol`` (``max |onnx - eager| / max |eager|``), so a graph that computes
-something else never passes unnoticed.
+``--rtol`` (``max |onnx - eager| / max |eager|``; a detector's outputs must
+also have the same number of detections), so a graph that computes something
+else never passes unnoticed.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from projects.lisa.deploy import build_model, export, inference_metadata, relati
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('config', help='an mmseg segmentor or mmdet detector config')
+    parser.add_argument('config', help='an mmseg segmentor or mmdet Mask R-CNN config')
     parser.add_argument('checkpoint', help="the model's checkpoint, or 'none' for random weights")
     parser.add_argument('--shape', type=int, nargs=2, required=True, metavar=('H', 'W'), help='export input size')
     parser.add_argument('--check-shape', type=int, nargs=2, metavar=('H', 'W'),
@@ -57,7 +59,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.manual_seed(args.seed)
-    model = build_model(args.config, args.checkpoint)
+    try:
+        model = build_model(args.config, args.checkpoint)
+    except ValueError as error:  # not a segmentor or a Mask R-CNN as exported here
+        print(f'error: {error}', file=sys.stderr)
+        return 1
     metadata = inference_metadata(args.config)
     export(model, args.shape, args.out, args.opset, metadata=metadata.to_props())
     print(f'exported {args.out} (opset {args.opset}, input height and width dynamic, task {metadata.task}, '

@@ -1,13 +1,15 @@
 """Deployment: ONNX export of the dense models (:mod:`.onnx`) with what inference needs as the
 file's metadata (:mod:`.metadata`), segmentation from that file alone (:mod:`.infer`), the
-rewrites that keep their sizes symbolic (:mod:`.rewrites`) and exportable stand-ins of mmcv's
-detection ops (:mod:`.nms`). LiSA's attentions export as they are (under ``torch.export`` they
+rewrites that keep their sizes symbolic (:mod:`.rewrites`), exportable stand-ins of mmcv's
+detection ops (:mod:`.nms`, :mod:`.roi_align`) and Mask R-CNN's post-processing written with
+them (:mod:`.detector`). LiSA's attentions export as they are (under ``torch.export`` they
 trace their plain-tensor references, :mod:`projects.lisa.models.attention.ops.backend`)."""
+from .detector import MaskRCNNDetections, paste_detections
 from .infer import OnnxSegmentor
 from .metadata import Metadata, MetadataError, inference_metadata
-from .onnx import DetectorFeatures, SegmentorLogits, build_model, export, relative_errors
+from .onnx import SegmentorLogits, build_model, export, relative_errors
 from .rewrites import pooling_matrix, symbolic_adaptive_pooling, symbolic_upsampling
 
-__all__ = ['DetectorFeatures', 'Metadata', 'MetadataError', 'OnnxSegmentor', 'SegmentorLogits', 'build_model',
+__all__ = ['MaskRCNNDetections', 'Metadata', 'MetadataError', 'OnnxSegmentor', 'SegmentorLogits', 'build_model',
            'export', 'inference_metadata', 'relative_errors', 'pooling_matrix', 'symbolic_adaptive_pooling',
-           'symbolic_upsampling']
+           'symbolic_upsampling', 'paste_detections']

@@ -31,7 +31,7 @@ class OnnxSegmentor:
         self.metadata = Metadata.from_props(self.session.get_modelmeta().custom_metadata_map, str(path))
         if self.metadata.task != 'segmentation':
             raise MetadataError(f"{path} holds task {self.metadata.task!r}; only 'segmentation' models run here "
-                                '(a detector exports its backbone + neck features, not detections)')
+                                '(a Mask R-CNN file gives detections: projects/lisa/deploy/detector.py)')
 
     def preprocess(self, image: np.ndarray) -> np.ndarray:
         """The model's input ``(1, 3, H', W')`` (float32) for a BGR ``(H, W, 3)`` image, as mmseg's

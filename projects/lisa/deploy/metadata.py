@@ -5,7 +5,7 @@ The graph maps a normalised image batch to logits (:mod:`.onnx`); to run it on a
 needs the data preprocessor's normalisation (``mean``, ``std``, ``bgr_to_rgb``), what the sides
 must be multiples of and the value padding them (``size_divisor``, ``pad_val``), how the decode
 head resizes its logits (``align_corners``), the dataset's ``classes`` and ``palette``, and the
-``task`` (``'segmentation'``, or ``'detector-features'`` for a detector's backbone + neck).
+``task`` (``'segmentation'``, or ``'detection'`` for a Mask R-CNN).
 :func:`inference_metadata` reads them from the config; :meth:`Metadata.from_props` reads them
 back with json alone (no torch, no OpenMMLab import).
 """
@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-TASKS = {'mmseg': 'segmentation', 'mmdet': 'detector-features'}
+TASKS = {'mmseg': 'segmentation', 'mmdet': 'detection'}
 
 
 class MetadataError(ValueError):

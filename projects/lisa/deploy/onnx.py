@@ -1,13 +1,14 @@
-"""ONNX export of a segmentor (to its logits) or a detector's backbone + neck, checked by onnxruntime.
+"""ONNX export of a segmentor (to its logits) or a Mask R-CNN (to its detections), checked by onnxruntime.
 
 What is exported, from the image batch ``input (B, 3, H, W)`` (normalised, as the data
 preprocessor leaves it), with its height and width dynamic:
 
 * a segmentor (mmseg ``EncoderDecoder``: Semantic FPN, UperNet): the whole network up to the
   decode head's logits ``seg_logits (B, classes, H/4, W/4)``, before resizing and argmax;
-* a detector (mmdet): ``backbone + neck``, the multi-scale features ``feat0 .. featK``. The
-  rest of a two-stage detector (proposal NMS, RoI Align) are mmcv's compiled ops, which
-  torch's exporter cannot trace.
+* a detector (mmdet Mask R-CNN, batch 1, with ``img_shape`` as a second input): RPN, NMS,
+  RoI Align, box decoding and mask head, to a data-dependent number of ``boxes``, ``scores``,
+  ``labels`` and 28 x 28 ``masks`` (:mod:`.detector`, whose exportable stand-ins of mmcv's ops
+  the exporter translates by :data:`.detector.TRANSLATIONS`).
 
 The exporter is the one torch recommends, ``torch.onnx.export(..., dynamo=True)``
 (``torch.export`` then ONNX translation); LiSA's attentions trace plain tensor operations
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .detector import TRANSLATIONS, MaskRCNNDetections
 from .rewrites import symbolic_adaptive_pooling, symbolic_upsampling
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 class SegmentorLogits(nn.Module):
     """An mmseg ``EncoderDecoder`` from the input batch to the decode head's logits."""
 
+    input_names = ('input', )
     output_names = ('seg_logits', )
 
     def __init__(self, model: nn.Module) -> None:
@@ -39,18 +42,6 @@ class SegmentorLogits(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.model._forward(x)
-
-
-class DetectorFeatures(nn.Module):
-    """An mmdet detector's ``backbone + neck``: its multi-scale features."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-        self.output_names = tuple(f'feat{i}' for i in range(model.neck.num_outs))
-
-    def forward(self, x: Tensor) -> tuple[Tensor, ...]:
-        return tuple(self.model.extract_feat(x))
 
 
 def load_config(config: str | Path, cfg_options: dict | None = None) -> tuple[Config, str]:
@@ -71,7 +62,7 @@ def load_config(config: str | Path, cfg_options: dict | None = None) -> tuple[Co
 
 def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = None) -> nn.Module:
     """The config's model in eval mode, SyncBN reverted to BN, its sizes symbolic
-    (:mod:`.rewrites`), wrapped for export (:class:`SegmentorLogits`, :class:`DetectorFeatures`)."""
+    (:mod:`.rewrites`), wrapped for export (:class:`SegmentorLogits`, :class:`.detector.MaskRCNNDetections`)."""
     from mmengine.model import revert_sync_batchnorm
     from mmengine.registry import MODELS
 
@@ -90,7 +81,12 @@ def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = 
     if scope == 'mmseg':
         symbolic_upsampling(model)
         return SegmentorLogits(model).eval()
-    return DetectorFeatures(model).eval()
+    return MaskRCNNDetections(model).eval()
+
+
+def model_inputs(model: nn.Module, x: Tensor) -> tuple[Tensor, ...]:
+    """The inputs of ``model`` for the image batch ``x``: its ``example_inputs(x)``, else ``(x,)``."""
+    return model.example_inputs(x) if hasattr(model, 'example_inputs') else (x, )
 
 
 def export(model: nn.Module, shape: tuple[int, int], path: Path, opset: int, batch: int = 1,
@@ -98,11 +94,12 @@ def export(model: nn.Module, shape: tuple[int, int], path: Path, opset: int, bat
     """Export ``model`` (with ``output_names``) by the dynamo exporter at input ``(batch, 3, *shape)``,
     height and width dynamic, to ``path`` (weights inside the file, ``metadata`` as its
     ``metadata_props``: :meth:`.metadata.Metadata.to_props`)."""
-    x = torch.randn(batch, 3, *shape)
-    dynamic = {'x': {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
+    inputs = model_inputs(model, torch.randn(batch, 3, *shape))
+    dynamic = ({2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}, ) + (None, ) * (len(inputs) - 1)
     with torch.no_grad():
-        program = torch.onnx.export(model, (x, ), dynamo=True, opset_version=opset, dynamic_shapes=dynamic,
-                                    input_names=['input'], output_names=list(model.output_names))
+        program = torch.onnx.export(model, inputs, dynamo=True, opset_version=opset, dynamic_shapes=dynamic,
+                                    input_names=list(getattr(model, 'input_names', ['input'])),
+                                    output_names=list(model.output_names), custom_translation_table=TRANSLATIONS)
     program.model.metadata_props.update(metadata or {})
     path.parent.mkdir(parents=True, exist_ok=True)
     program.save(str(path), external_data=False)
@@ -118,15 +115,16 @@ def relative_errors(model: nn.Module, path: Path, shapes: list[tuple[int, int]],
     generator = torch.Generator().manual_seed(seed)
     errors = []
     for shape in shapes:
-        x = torch.randn(batch, 3, *shape, generator=generator)
+        inputs = model_inputs(model, torch.randn(batch, 3, *shape, generator=generator))
         with torch.no_grad():
-            eager = model(x)
+            eager = model(*inputs)
         eager = eager if isinstance(eager, tuple) else (eager, )
-        outs = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        outs = session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)})
         for name, ref, out in zip(model.output_names, eager, outs):
             ref = ref.numpy()
             if out.shape != ref.shape:
                 errors.append((shape, name, float('inf')))
                 continue
-            errors.append((shape, name, float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30))))
+            error = np.abs(out - ref).max(initial=0) / max(np.abs(ref).max(initial=0), 1e-30)  # 0 if empty
+            errors.append((shape, name, float(error)))
     return errors

@@ -1,0 +1,232 @@
+"""Mask R-CNN exported whole (projects/lisa/deploy/detector.py): its stand-ins of mmcv's and mmdet's
+ops against theirs, and onnxruntime's detections against mmdet's own eager test."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from projects.lisa import deploy
+from projects.lisa.deploy import detector
+
+mmcv_ops = pytest.importorskip('mmcv.ops')
+ort = pytest.importorskip('onnxruntime')
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def random_boxes(n: int, generator: torch.Generator, side: float = 50) -> torch.Tensor:
+    """``n`` boxes ``(x1, y1, x2, y2)`` in a ``side``-square image, sides 1 to 21 (many overlaps)."""
+    xy = torch.rand(n, 2, generator=generator) * side
+    return torch.cat([xy, xy + torch.rand(n, 2, generator=generator) * 20 + 1], 1)
+
+
+@pytest.mark.parametrize('size, scale', [(7, 1 / 4), (14, 1 / 8), (7, 1 / 32)])
+def test_roi_align_is_mmcv_roi_align_aligned(size, scale):
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(2, 3, 13, 17, generator=generator)
+    boxes = random_boxes(40, generator, side=17 / scale) * torch.tensor([1.0, 0.8, 1.0, 0.8])
+    rois = torch.cat([torch.randint(0, 2, (40, 1), generator=generator).float(), boxes], 1)
+    expected = mmcv_ops.RoIAlign(size, scale, sampling_ratio=0, pool_mode='avg', aligned=True)(features, rois)
+    torch.testing.assert_close(torch.ops.lisa.roi_align(features, rois, size, scale), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('means, stds', [((0., 0., 0., 0.), (1., 1., 1., 1.)), ((0., 0., 0., 0.), (.1, .1, .2, .2)),
+                                         ((.1, -.2, .05, 0.), (.5, 1., 2., .3))])
+def test_decode_boxes_is_mmdet_delta_xywh_decode(means, stds):
+    """Large deltas too: boxes leaving the image (clipped) and sizes past the ratio clip."""
+    from mmdet.models.task_modules.coders import DeltaXYWHBBoxCoder
+
+    generator = torch.Generator().manual_seed(0)
+    priors = random_boxes(500, generator)
+    deltas = torch.randn(500, 4, generator=generator) * 3
+    expected = DeltaXYWHBBoxCoder(means, stds).decode(priors, deltas, max_shape=(45, 60))
+    actual = detector.decode_boxes(priors, deltas, means, stds, torch.tensor([45, 60]))
+    assert (actual[:, 2] == 60).any() and (actual[:, 1] == 0).any()  # clipping happened
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize('groups, iou', [(1, 0.5), (5, 0.7), (80, 0.5)])
+def test_batched_nms_keeps_what_mmcv_batched_nms_keeps(groups, iou):
+    """And keeps nothing of nothing (where mmcv's needs its callers' guard)."""
+    generator = torch.Generator().manual_seed(0)
+    for n in (1, 60, 400):
+        boxes, scores = random_boxes(n, generator), torch.rand(n, generator=generator)
+        idxs = torch.randint(0, groups, (n, ), generator=generator)
+        _, keep = mmcv_ops.batched_nms(boxes, scores, idxs, dict(type='nms', iou_threshold=iou))
+        assert torch.equal(detector.batched_nms(boxes, scores, idxs, iou), keep)
+    assert detector.batched_nms(torch.zeros(0, 4), torch.zeros(0), torch.zeros(0, dtype=torch.long), iou).shape == (0, )
+
+
+# Tiny widths (one block per stage) of each detection config, for an export in about a minute.
+TINY = {
+    'pvt': ('backbone=dict(arch=dict(_delete_=True, embed_dims=[16, 32, 48, 64], depths=[1, 1, 1, 1], '
+            'num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2]))', [16, 32, 48, 64]),
+    'swin': ('backbone=dict(arch=dict(_delete_=True, embed_dims=16, depths=[1, 1, 2, 1], num_heads=[1, 2, 2, 4]))',
+             [16, 32, 64, 128]),
+}
+HEADS = ('rpn_head=dict(in_channels=16, feat_channels=16), roi_head=dict(bbox_roi_extractor=dict(out_channels=16), '
+         'bbox_head=dict(in_channels=16, fc_out_channels=32), mask_roi_extractor=dict(out_channels=16), '
+         'mask_head=dict(in_channels=16, conv_out_channels=16))')
+
+
+def detection_config(base: Path, data_root: Path, out: Path, model: str) -> Path:
+    """``base`` testing on the generated COCO val set at ``data_root`` (images enlarged 1.25 times:
+    a scale factor to undo, and padding), its ``model`` overridden."""
+    out.write_text(
+        f"_base_ = '{base}'\n"
+        f'model = dict({model})\n'
+        "test_pipeline = [dict(type='Resize', scale_factor=1.25, keep_ratio=True) if t['type'] == 'Resize' else t "
+        'for t in _base_.test_pipeline]\n'
+        f"test_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False, dataset=dict(data_root='"
+        f"{data_root}/', ann_file='annotations/instances_val2017.json', data_prefix=dict(img='val2017/'), "
+        'pipeline=test_pipeline))\n')
+    return out
+
+
+@pytest.fixture(scope='module')
+def coco_val(tmp_path_factory) -> dict[int, Path]:
+    """Generated COCO val sets of 3 images at two sizes (96 and 128 px high)."""
+    from projects.lisa.synthetic.synthetic import generate
+
+    roots = {}
+    for size in (96, 128):
+        out = tmp_path_factory.mktemp(f'coco{size}')
+        generate('coco', out, num_train=1, num_val=3, size=size, seed=size)
+        roots[size] = out / 'coco'
+    return roots
+
+
+def detection_loader(config: Path):
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+
+    return Runner.build_dataloader(Config.fromfile(str(config)).test_dataloader)
+
+
+def both_detections(wrapped: deploy.MaskRCNNDetections, session, loader) -> list[tuple]:
+    """Per image: mmdet's own test (``model.test_step``) and the ONNX graph's detections on the
+    same preprocessed input, pasted by :func:`deploy.paste_detections`; with the batch."""
+    model = wrapped.model
+    pairs = []
+    for batch in loader:
+        with torch.no_grad():
+            eager = model.test_step(batch)[0]
+            data = model.data_preprocessor(batch, False)
+        meta = data['data_samples'][0].metainfo
+        outs = session.run(None, {'input': data['inputs'].numpy(), 'img_shape': np.array(meta['img_shape'])})
+        onnx = deploy.paste_detections(*map(torch.from_numpy, outs), meta['scale_factor'], meta['ori_shape'],
+                                       model.test_cfg.rcnn.mask_thr_binary)
+        pairs.append((eager, onnx, batch))
+    return pairs
+
+
+def agreement(eager, onnx: dict) -> dict:
+    """Counts, then over detections matched one to one (same label, greedily by IoU in eager's
+    score order): the smallest box IoU, largest score difference and smallest mask IoU."""
+    from mmdet.structures.bbox import bbox_overlaps
+
+    ref = eager.pred_instances
+    result = dict(count=(len(ref), len(onnx['bboxes'])), min_iou=1.0, max_score_diff=0.0, min_mask_iou=1.0)
+    if not len(ref) or len(ref) != len(onnx['bboxes']):
+        return result
+    iou = bbox_overlaps(ref.bboxes, onnx['bboxes']) * (ref.labels[:, None] == onnx['labels'][None])
+    free = torch.ones(len(ref), dtype=torch.bool)
+    for i in range(len(ref)):
+        j = int(torch.where(free, iou[i], -1.0).argmax())
+        free[j] = False
+        a, b = ref.masks[i], onnx['masks'][j]
+        union = int((a | b).sum())
+        result['min_iou'] = min(result['min_iou'], float(iou[i, j]))
+        result['max_score_diff'] = max(result['max_score_diff'], float((ref.scores[i] - onnx['scores'][j]).abs()))
+        result['min_mask_iou'] = min(result['min_mask_iou'], int((a & b).sum()) / union if union else 1.0)
+    return result
+
+
+def assert_agree(pairs: list[tuple]) -> list[dict]:
+    found = [agreement(eager, onnx) for eager, onnx, _ in pairs]
+    for a in found:
+        assert a['count'][0] == a['count'][1] and a['min_iou'] >= 0.99, found
+        assert a['max_score_diff'] <= 1e-3 and a['min_mask_iou'] >= 0.98, found
+    assert sum(a['count'][0] for a in found) > 0, 'no detection: the comparison would hold nothing'
+    return found
+
+
+def average_precision(pairs: list[tuple], loader) -> dict[str, tuple[float, float]]:
+    """mmdet's ``CocoMetric`` box and mask mAP of eager's detections and of the ONNX graph's."""
+    from mmdet.evaluation import CocoMetric
+    from mmdet.structures import DetDataSample
+    from mmengine.evaluator import Evaluator
+    from mmengine.structures import InstanceData
+
+    ann_file = str(Path(loader.dataset.data_root) / loader.dataset.ann_file)
+    found = {}
+    for source in ('eager', 'onnx'):
+        evaluator = Evaluator(CocoMetric(ann_file=ann_file, metric=['bbox', 'segm']))
+        evaluator.dataset_meta = loader.dataset.metainfo
+        for eager, onnx, batch in pairs:
+            if source == 'onnx':
+                eager = DetDataSample(metainfo=eager.metainfo, pred_instances=InstanceData(**onnx))
+            evaluator.process([eager], batch)
+        found[source] = evaluator.evaluate(len(pairs))
+    return {k: (found['eager'][f'coco/{k}_mAP'], found['onnx'][f'coco/{k}_mAP']) for k in ('bbox', 'segm')}
+
+
+CONFIGS = [f'mask-rcnn_{name}_fpn_1x_coco.py' for name in
+           ('pvt-t', 'flatten-pvt-t', 'lisa-pvt-t', 'swin-t', 'flatten-swin-t', 'lisa-swin-t')]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('config', CONFIGS)
+def test_onnx_detections_equal_mmdet_test_at_two_sizes(config, coco_val, tmp_path):
+    """One graph, exported at one size, gives mmdet's own test detections (count, boxes, scores,
+    labels, pasted masks) on generated images of two other sizes, for each backbone and attention.
+    Tiny widths and random weights, the box classifier made confident in the generated classes so
+    that 100 boxes pass the score threshold; box and mask AP (mmdet's CocoMetric) of the two equal
+    within 0.1. About a minute each (the export)."""
+    family = 'swin' if 'swin' in config else 'pvt'
+    backbone, widths = TINY[family]
+    model = f'{backbone}, neck=dict(in_channels={widths}, out_channels=16), {HEADS}'
+    cfg = {size: detection_config(ROOT / 'configs/detection' / config, root, tmp_path / f'{size}.py', model)
+           for size, root in coco_val.items()}
+    from projects.lisa.synthetic.synthetic import COCO_LOOKS
+
+    loaders = {size: detection_loader(path) for size, path in cfg.items()}
+    drawn = [loaders[96].dataset.cat2label[c] for c in COCO_LOOKS]  # the generated images' classes
+    torch.manual_seed(0)
+    wrapped = deploy.build_model(str(cfg[96]), None)
+    head = wrapped.model.roi_head.bbox_head
+    with torch.no_grad():  # scores spread over 0.1-0.7 for the drawn classes, boxes moved off the proposals,
+        head.fc_cls.weight.mul_(10)  # proposals off the anchors (whose IoUs, on a grid, can sit at NMS's threshold)
+        head.fc_cls.bias[drawn] += 3
+        head.fc_reg.weight.mul_(30)
+        wrapped.model.rpn_head.rpn_reg.weight.mul_(30)
+    deploy.export(wrapped, (64, 96), tmp_path / 'mrcnn.onnx', opset=18)
+    session = ort.InferenceSession(str(tmp_path / 'mrcnn.onnx'), providers=['CPUExecutionProvider'])
+    for size, loader in loaders.items():
+        pairs = both_detections(wrapped, session, loader)
+        found = assert_agree(pairs)
+        ap = average_precision(pairs, loader)
+        print(f'{config} {size}px:', found, ap)
+        assert all(abs(eager - onnx) <= 1e-3 for eager, onnx in ap.values()), ap  # 0.1 AP points
+
+
+@pytest.mark.parametrize('change, message', [
+    ("test_cfg=dict(rcnn=dict(nms=dict(type='soft_nms')))", "test_cfg.rcnn.nms is {'type': 'soft_nms'"),
+    ('roi_head=dict(bbox_head=dict(reg_class_agnostic=True))', 'the box head regresses class-agnostic boxes'),
+    ('roi_head=dict(mask_roi_extractor=dict(roi_layer=dict(aligned=False)))', 'mask_roi_extractor pools with'),
+    ('rpn_head=dict(bbox_coder=dict(clip_border=False))',
+     'rpn_head.bbox_coder is DeltaXYWHBBoxCoder (clip_border=False'),
+])
+def test_export_refuses_a_detector_whose_post_processing_it_does_not_reproduce(change, message, tmp_path, capsys):
+    from tools import export_onnx
+
+    config = tmp_path / 'changed.py'
+    config.write_text(f"_base_ = '{ROOT}/configs/detection/mask-rcnn_lisa-pvt-t_fpn_1x_coco.py'\n"
+                      f'model = dict({change})\n')
+    assert export_onnx.main([str(config), 'none', '--shape', '64', '64', '--out', str(tmp_path / 'm.onnx')]) == 1
+    err = capsys.readouterr().err
+    assert message in err and 'the exported detector is a Mask R-CNN' in err
+    assert not (tmp_path / 'm.onnx').exists()
