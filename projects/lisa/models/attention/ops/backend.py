@@ -66,28 +66,29 @@ def check_backend(name: str) -> str:
     return name
 
 
-def can_run(backend: str, *tensors: Tensor) -> bool:
-    """Whether ``backend`` (one of :data:`BACKENDS`) can run an operator on ``tensors`` now: the reference
-    always; the custom ops not under ``torch.export``; the CPU kernels where built, on CPU float32/float64
-    tensors and not under CPU autocast."""
+def _obstacle(backend: str, tensors: tuple[Tensor, ...]) -> str | None:
+    """Why ``backend`` (one of :data:`BACKENDS`) cannot run an operator on ``tensors`` now, or None if it can."""
     if backend == 'reference':
-        return True
-    if torch.compiler.is_exporting():
-        return False
-    return backend == 'torch' or (bool(_EXTENSIONS) and not torch.is_autocast_enabled('cpu') and all(
-        t.device.type == 'cpu' and t.dtype in (torch.float32, torch.float64) for t in tensors))
-
-
-def _why_not(tensors: tuple[Tensor, ...]) -> str:
-    """Why a backend other than the reference cannot run on ``tensors`` (where :func:`can_run` says no)."""
+        return None
     if torch.compiler.is_exporting():
         return 'torch.export traces plain tensor operations only (no exporter represents the lisa:: custom ops)'
+    if backend == 'torch':
+        return None
     if not _EXTENSIONS:
         return 'the CPU kernels are not built (pip install --no-build-isolation -e .)'
     if torch.is_autocast_enabled('cpu'):
         return 'the CPU kernels do not run under CPU autocast'
+    if all(t.device.type == 'cpu' and t.dtype in (torch.float32, torch.float64) for t in tensors):
+        return None
     found = sorted({f'{t.dtype} on {t.device}' for t in tensors})
     return f'the CPU kernels take CPU float32/float64 tensors, got {", ".join(found)}'
+
+
+def can_run(backend: str, *tensors: Tensor) -> bool:
+    """Whether ``backend`` (one of :data:`BACKENDS`) can run an operator on ``tensors`` now: the reference
+    always; the custom ops not under ``torch.export``; the CPU kernels where built, on CPU float32/float64
+    tensors and not under CPU autocast."""
+    return _obstacle(backend, tensors) is None
 
 
 def resolve(backend: str | None, *tensors: Tensor) -> str:
@@ -98,8 +99,9 @@ def resolve(backend: str | None, *tensors: Tensor) -> str:
         for candidate in PREFERENCE:
             if can_run(candidate, *tensors):
                 return candidate
-    if not can_run(backend, *tensors):
-        raise ValueError(f'backend={backend!r} cannot run here: {_why_not(tensors)}')
+    obstacle = _obstacle(backend, tensors)
+    if obstacle:
+        raise ValueError(f'backend={backend!r} cannot run here: {obstacle}')
     return backend
 
 
