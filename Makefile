@@ -2,7 +2,7 @@
 # Each installs what it needs into .venv/ first (idempotent: seconds when done).
 PY := .venv/bin/python
 
-.PHONY: install demo test test-fast test-upstream lint docs
+.PHONY: install demo test test-fast lint docs
 
 install:
 	bash tools/install.sh
@@ -11,18 +11,14 @@ demo: install
 	$(PY) tools/demo.py
 
 # The whole suite, one pytest-xdist worker per core (slow tests spread by work stealing), closing with
-# its 15 slowest tests: CI's budget is read off that list. The walk over every shipped mm config
-# (`make test-upstream`) needs more memory than CI's 24 GiB machine has.
+# its 15 slowest tests: CI's budget is read off that list.
 test: install
-	$(PY) -m pytest tests -q -n auto --dist worksteal --durations 15 -m 'not upstream_walk'
-
-test-upstream: install
-	$(PY) -m pytest tests/test_upstream_dropin.py -q -m upstream_walk -s
+	$(PY) -m pytest tests -q -n auto --dist worksteal --durations 15
 
 # The edit loop: everything but the tests marked slow (end-to-end runs, big inputs), one worker
 # process per core (pytest-xdist).
 test-fast: install
-	$(PY) -m pytest tests -q -m 'not slow and not upstream_walk' -n auto
+	$(PY) -m pytest tests -q -m 'not slow' -n auto
 
 lint: install
 	$(PY) -m ruff check .
