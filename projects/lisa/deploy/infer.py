@@ -18,34 +18,50 @@ from .metadata import Metadata, MetadataError
 ROWS_PER_BLOCK = 64  # rows of the resized logits held at once (150 classes x 64 x 2048 floats: 79 MB)
 
 
-class OnnxSegmentor:
-    """An exported segmentor (``tools/export_onnx.py``) run by onnxruntime on the CPU."""
+def open_session(path: str | Path, *tasks: str) -> tuple[object, Metadata]:
+    """The onnxruntime (CPU) session of the file at ``path`` and its :class:`Metadata`;
+    :class:`MetadataError` unless it is an ONNX file of one of ``tasks``."""
+    import onnxruntime as ort
+    try:
+        session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    except ort.capi.onnxruntime_pybind11_state.InvalidProtobuf as error:
+        raise MetadataError(f'{path} is not an ONNX model ({error})') from None
+    metadata = Metadata.from_props(session.get_modelmeta().custom_metadata_map, str(path))
+    if metadata.task not in tasks:
+        raise MetadataError(f'{path} holds task {metadata.task!r}; only {" or ".join(map(repr, tasks))} models run '
+                            'here')
+    return session, metadata
 
-    def __init__(self, path: str | Path) -> None:
-        import onnxruntime as ort
+
+def preprocess(image: np.ndarray, m: Metadata) -> np.ndarray:
+    """The model's input ``(1, 3, H', W')`` (float32) for a BGR ``(H, W, 3)`` image, as mmseg's
+    ``SegDataPreProcessor`` and mmdet's ``DetDataPreprocessor`` make it: channels swapped,
+    normalised, then padded at the bottom and right to multiples of ``size_divisor``."""
+    x = image[..., ::-1] if m.bgr_to_rgb else image
+    x = x.astype(np.float32)
+    if m.mean is not None:
+        x = (x - np.float32(m.mean)) / np.float32(m.std)
+    if m.size_divisor:
+        h, w = image.shape[:2]
+        pad = (-h % m.size_divisor, -w % m.size_divisor)
+        x = np.pad(x, ((0, pad[0]), (0, pad[1]), (0, 0)), constant_values=m.pad_val)
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)
+
+
+class OnnxSegmentor:
+    """An exported segmentor (``tools/export_onnx.py``) run by onnxruntime on the CPU.
+
+    It runs at the image's own size: the test pipeline's resize (mmseg's ``Resize`` to
+    (2048, 512), PVT's ``AlignResize``) is not applied."""
+
+    def __init__(self, path: str | Path, opened: tuple[object, Metadata] | None = None) -> None:
+        """``opened``: the file's session and metadata if :func:`open_session` has read them."""
         self.path = path
-        try:
-            self.session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
-        except ort.capi.onnxruntime_pybind11_state.InvalidProtobuf as error:
-            raise MetadataError(f'{path} is not an ONNX model ({error})') from None
-        self.metadata = Metadata.from_props(self.session.get_modelmeta().custom_metadata_map, str(path))
-        if self.metadata.task != 'segmentation':
-            raise MetadataError(f"{path} holds task {self.metadata.task!r}; only 'segmentation' models run here "
-                                '(a Mask R-CNN file gives detections: projects/lisa/deploy/detector.py)')
+        self.session, self.metadata = opened or open_session(path, 'segmentation')
 
     def preprocess(self, image: np.ndarray) -> np.ndarray:
-        """The model's input ``(1, 3, H', W')`` (float32) for a BGR ``(H, W, 3)`` image, as mmseg's
-        ``SegDataPreProcessor`` makes it, padded to multiples of ``size_divisor``."""
-        m = self.metadata
-        x = image[..., ::-1] if m.bgr_to_rgb else image
-        x = x.astype(np.float32)
-        if m.mean is not None:
-            x = (x - np.float32(m.mean)) / np.float32(m.std)
-        if m.size_divisor:
-            h, w = image.shape[:2]
-            pad = (-h % m.size_divisor, -w % m.size_divisor)
-            x = np.pad(x, ((0, pad[0]), (0, pad[1]), (0, 0)), constant_values=m.pad_val)
-        return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)
+        """:func:`preprocess` with this file's metadata."""
+        return preprocess(image, self.metadata)
 
     def __call__(self, image: np.ndarray) -> np.ndarray:
         """The label map ``(H, W)`` (int64, class indices) of a BGR ``(H, W, 3)`` image."""
