@@ -1,6 +1,6 @@
-"""Inference from an exported ONNX file alone (tools/onnx_infer.py, projects/lisa/deploy/infer.py):
+"""Segmentation from an exported ONNX file alone (tools/onnx_infer.py, projects/lisa/deploy/infer.py):
 the metadata written at export, the label map against eager torch, the overlay against mmseg's
-visualiser and by hand, the tool's errors."""
+visualiser and by hand, the tool's errors. Detection: tests/test_onnx_infer_detector.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -157,7 +157,12 @@ def test_tool_writes_the_overlay_at_the_image_s_size_and_prints_the_classes(conv
     ({f: None for f in CONV_METADATA.to_props()}, 'carries no inference metadata: re-export it with '
                                                   'tools/export_onnx.py'),
     (dict(task=None, palette=None), 'carries incomplete (no task, palette) inference metadata: re-export it'),
-    (dict(task='"detection"'), "holds task 'detection'; only 'segmentation' models run here"),
+    (dict(task='"classification"'), "holds task 'classification'; only 'segmentation' or 'detection' models run "
+                                    'here'),
+    (dict(task='"detection"', resize=None, mask_thr=None), 'carries incomplete (no resize, mask_thr) inference '
+                                                           'metadata: re-export it'),
+    (dict(task='"detection"'), "gives outputs ('seg_logits',), not a Mask R-CNN's ('boxes', 'scores', 'labels', "
+                               "'masks')"),
     (dict(classes='["a", "b"]'), 'gives 3 logit channels for 2 classes'),
 ])
 def test_tool_refuses_a_model_without_usable_metadata(change, message, conv_onnx, tmp_path, capsys):

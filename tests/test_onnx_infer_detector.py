@@ -17,6 +17,8 @@ from projects.lisa.deploy.infer import preprocess
 pytest.importorskip('onnxruntime')
 from test_export_detector import HEADS, TINY, detection_config, detection_loader  # noqa: E402
 
+from tools import onnx_infer  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / 'configs/detection/mask-rcnn_lisa-pvt-t_fpn_1x_coco.py'
 
@@ -118,6 +120,19 @@ def test_masks_are_blended_as_mmengine_s_visualiser_blends_them():
     np.testing.assert_array_equal(blend_masks(image, masks, colours, 0.8), visualiser.get_image())
 
 
+@pytest.mark.parametrize('argv, message', [
+    (['{model}', '{image}', '--score-thr', '1.5'], '--score-thr=1.5 must be between 0 and 1'),
+    (['{model}', '{image}', '--score-thr', '-0.1'], '--score-thr=-0.1 must be between 0 and 1'),
+    (['{model}', '{image}', '--opacity', '-1'], '--opacity=-1.0 must be between 0 and 1'),
+])
+def test_tool_refuses_bad_detector_arguments_naming_them(argv, message, tmp_path, capsys):
+    for name in ('model.onnx', 'image.png'):
+        (tmp_path / name).write_bytes(b'')
+    with pytest.raises(SystemExit):
+        onnx_infer.parse_args([a.format(model=tmp_path / 'model.onnx', image=tmp_path / 'image.png') for a in argv])
+    assert message in capsys.readouterr().err
+
+
 @pytest.fixture(scope='module')
 def exported(tmp_path_factory) -> tuple[deploy.MaskRCNNDetections, Path, object]:
     """A tiny LiSA-PVT Mask R-CNN (random weights, box classifier made confident in the generated
@@ -187,3 +202,31 @@ def test_onnx_detector_on_an_image_file_gives_mmdet_s_own_test_detections(export
         assert a['count'][0] == a['count'][1] and a['min_iou'] >= 0.99, found
         assert a['max_score_diff'] <= 1e-3 and a['min_mask_iou'] >= 0.98, found
     assert sum(a['count'][0] for a in found) > 0, 'no detection: the comparison would hold nothing'
+
+
+@pytest.mark.slow
+def test_tool_draws_the_detections_at_the_image_s_size_and_prints_those_above_the_threshold(exported, tmp_path,
+                                                                                           capsys):
+    _, path, loader = exported
+    image_path = Path(loader.dataset[0]['data_samples'].img_path)
+    image = mmcv.imread(str(image_path))
+    out = tmp_path / 'drawn.png'
+    found = deploy.OnnxDetector(path)(image)
+    threshold = f'{np.sort(found.scores)[-6]:.4f}'  # about the 5 best shown
+    assert onnx_infer.main([str(path), str(image_path), '--out', str(out), '--score-thr', threshold]) == 0
+    printed = capsys.readouterr().out
+    shown = found.above(float(threshold))
+    assert 0 < len(shown) < len(found)
+    assert (f'{image_path}: {len(shown)} of {len(found)} detections above --score-thr={float(threshold):g}, '
+            f'drawn to {out}') in printed
+    classes = deploy.OnnxDetector(path).metadata.classes
+    lines = [line for line in printed.splitlines() if line.startswith('  ')]
+    assert lines == [f'  {classes[label]}: {score:.3f} at ({", ".join(f"{v:.1f}" for v in box)})'
+                     for box, score, label in zip(shown.boxes, shown.scores, shown.labels)]
+    drawn = mmcv.imread(str(out))
+    assert drawn.shape == image.shape and not np.array_equal(drawn, image)
+    outside = ~shown.masks.any(0)  # away from every box's lines and label, the image is untouched
+    for x1, y1, x2, y2 in shown.boxes.astype(int):
+        outside[max(y1 - 4, 0):y2 + 5, max(x1 - 4, 0):x2 + 5] = False
+        outside[max(y1 - 4, 0):y1 + 20, max(x1 - 4, 0):] = False  # the label runs right of small boxes
+    assert outside.any() and np.array_equal(drawn[outside], image[outside])
