@@ -25,7 +25,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from .infer import open_session, preprocess
+from .infer import open_session, preprocess, resize
 from .metadata import Metadata, MetadataError
 
 OUTPUTS = ('boxes', 'scores', 'labels', 'masks')  # MaskRCNNDetections.output_names (.detector needs torch)
@@ -81,16 +81,6 @@ class OnnxDetector:
             probabilities, region = paste_mask(mask, box, image.shape[:2])
             pasted[i][region] = probabilities >= self.metadata.mask_thr
         return Detections(boxes, scores, labels, pasted)
-
-
-def resize(image: np.ndarray, m: Metadata) -> tuple[np.ndarray, tuple[float, float]]:
-    """``image`` resized by the test pipeline's ``Resize`` (``m.resize``, run as mmcv's
-    transform, which mmdet's extends to boxes) and its scale factor ``(s_w, s_h)``."""
-    if m.resize is None:
-        return image, (1.0, 1.0)
-    from mmcv.transforms import Resize
-    out = Resize(**m.resize).transform(dict(img=image))
-    return out['img'], tuple(out['scale_factor'])
 
 
 def paste_mask(mask: np.ndarray, box: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, tuple[slice, slice]]:

@@ -33,6 +33,21 @@ def open_session(path: str | Path, *tasks: str) -> tuple[object, Metadata]:
     return session, metadata
 
 
+def resize(image: np.ndarray, m: Metadata) -> tuple[np.ndarray, tuple[float, float]]:
+    """``image`` resized by the test pipeline's resize (``m.resize``: mmcv's ``Resize``
+    transform, which mmdet's and mmseg's extend to boxes and maps, or PVT's ``AlignResize``, run
+    on the image) and its scale factor ``(s_w, s_h)``, new size over old."""
+    if m.resize is None:
+        return image, (1.0, 1.0)
+    args = dict(m.resize)
+    if args.pop('type') == 'AlignResize':
+        from projects.lisa.datasets.transforms import AlignResize as transform
+    else:
+        from mmcv.transforms import Resize as transform
+    out = transform(**args).transform(dict(img=image))
+    return out['img'], tuple(out['scale_factor'])
+
+
 def preprocess(image: np.ndarray, m: Metadata) -> np.ndarray:
     """The model's input ``(1, 3, H', W')`` (float32) for a BGR ``(H, W, 3)`` image, as mmseg's
     ``SegDataPreProcessor`` and mmdet's ``DetDataPreprocessor`` make it: channels swapped,
@@ -49,10 +64,7 @@ def preprocess(image: np.ndarray, m: Metadata) -> np.ndarray:
 
 
 class OnnxSegmentor:
-    """An exported segmentor (``tools/export_onnx.py``) run by onnxruntime on the CPU.
-
-    It runs at the image's own size: the test pipeline's resize (mmseg's ``Resize`` to
-    (2048, 512), PVT's ``AlignResize``) is not applied."""
+    """An exported segmentor (``tools/export_onnx.py``) run by onnxruntime on the CPU."""
 
     def __init__(self, path: str | Path, opened: tuple[object, Metadata] | None = None) -> None:
         """``opened``: the file's session and metadata if :func:`open_session` has read them."""
@@ -65,12 +77,13 @@ class OnnxSegmentor:
 
     def __call__(self, image: np.ndarray) -> np.ndarray:
         """The label map ``(H, W)`` (int64, class indices) of a BGR ``(H, W, 3)`` image."""
-        x = self.preprocess(image)
+        resized, _ = resize(image, self.metadata)
+        x = self.preprocess(resized)
         logits = self.session.run(None, {self.session.get_inputs()[0].name: x})[0][0]
         if logits.shape[0] != len(self.metadata.classes):
             raise MetadataError(f'{self.path} gives {logits.shape[0]} logit channels for {len(self.metadata.classes)} '
                                 'classes (a binary out_channels=1 head is not supported)')
-        return upsample_argmax(logits, x.shape[2:], image.shape[:2], self.metadata.align_corners)
+        return upsample_argmax(logits, x.shape[2:], resized.shape[:2], self.metadata.align_corners, image.shape[:2])
 
 
 def linear_taps(size_in: int, size_out: int, align_corners: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -85,17 +98,32 @@ def linear_taps(size_in: int, size_out: int, align_corners: bool) -> tuple[np.nd
     return i0, np.minimum(i0 + 1, size_in - 1), (src - i0).astype(np.float32)
 
 
-def upsample_argmax(logits: np.ndarray, size: tuple[int, int], crop: tuple[int, int],
-                    align_corners: bool) -> np.ndarray:
+def upsample_argmax(logits: np.ndarray, size: tuple[int, int], crop: tuple[int, int], align_corners: bool,
+                    out: tuple[int, int] | None = None) -> np.ndarray:
     """Argmax over the classes of ``logits (C, h, w)`` resized bilinearly to ``size``, of its top
-    left ``crop`` only, a block of rows at a time (the resized logits may not fit in memory)."""
-    (y0, y1, wy), (x0, x1, wx) = (linear_taps(n, m, align_corners) for n, m in zip(logits.shape[1:], size))
-    y0, y1, wy = y0[:crop[0]], y1[:crop[0]], wy[:crop[0], None]
-    cols = logits[:, :, x0[:crop[1]]] * (1 - wx[:crop[1]]) + logits[:, :, x1[:crop[1]]] * wx[:crop[1]]
-    labels = np.empty(crop, dtype=np.int64)
-    for start in range(0, crop[0], ROWS_PER_BLOCK):
-        rows = slice(start, start + ROWS_PER_BLOCK)
-        labels[rows] = (cols[:, y0[rows]] * (1 - wy[rows]) + cols[:, y1[rows]] * wy[rows]).argmax(0)
+    left ``crop`` only, then resized bilinearly again to ``out`` (mmseg's test: to the padded
+    input, padding cut off, back to the image's size before the test resize), a block of output
+    rows at a time (the resized logits may not fit in memory). Bilinear is separable: columns
+    are resized first, rows per block."""
+    crop, out = tuple(crop), tuple(out or crop)
+    (y0, y1, wy), (x0, x1, wx) = (tuple(t[:k] for t in linear_taps(n, m, align_corners))
+                                  for n, m, k in zip(logits.shape[1:], size, crop))
+    cols = logits[:, :, x0] * (1 - wx) + logits[:, :, x1] * wx  # (C, h, crop_w)
+    if out != crop:
+        (r0, r1, wr), (c0, c1, wc) = (linear_taps(n, m, align_corners) for n, m in zip(crop, out))
+        cols = cols[:, :, c0] * (1 - wc) + cols[:, :, c1] * wc  # (C, h, out_w)
+
+    def crop_rows(rows: np.ndarray) -> np.ndarray:  # (C, len(rows), cols) of the resized crop
+        return cols[:, y0[rows]] * (1 - wy[rows, None]) + cols[:, y1[rows]] * wy[rows, None]
+
+    labels = np.empty(out, dtype=np.int64)
+    for start in range(0, out[0], ROWS_PER_BLOCK):
+        block = slice(start, start + ROWS_PER_BLOCK)
+        if out == crop:
+            rows = crop_rows(np.arange(out[0])[block])
+        else:  # each output row from the two rows of the crop it reads
+            rows = crop_rows(r0[block]) * (1 - wr[block, None]) + crop_rows(r1[block]) * wr[block, None]
+        labels[block] = rows.argmax(0)
     return labels
 
 

@@ -5,12 +5,13 @@ The graph maps a normalised image batch to logits (:mod:`.onnx`); to run it on a
 needs the data preprocessor's normalisation (``mean``, ``std``, ``bgr_to_rgb``), what the sides
 must be multiples of and the value padding them (``size_divisor``, ``pad_val``), how the decode
 head resizes its logits (``align_corners``), the dataset's ``classes`` and ``palette``, and the
-``task`` (``'segmentation'``, or ``'detection'`` for a Mask R-CNN). A detector also needs the
-test pipeline's ``Resize`` (``resize``: its image arguments, for mmcv's ``Resize``; its scale
-factor divides the boxes) and the mask threshold (``mask_thr``, ``test_cfg.rcnn.mask_thr_binary``).
+``task`` (``'segmentation'``, or ``'detection'`` for a Mask R-CNN), the test pipeline's resize
+(``resize``: mmcv's ``Resize`` or PVT's ``AlignResize``, with the arguments that act on the
+image; a detector's boxes are divided by its scale factor, a segmentor's logits resized back to
+the image) and a detector's mask threshold (``mask_thr``, ``test_cfg.rcnn.mask_thr_binary``).
 :func:`inference_metadata` reads them from the config; :meth:`Metadata.from_props` reads them
-back with json alone (no torch, no OpenMMLab import). The two detector fields came later: a
-segmentor file without them still reads, a detector file without them is refused (re-export).
+back with json alone (no torch, no OpenMMLab import). The last two came later: a file without
+them is refused (re-export it), since its results would silently not be the test's.
 """
 from __future__ import annotations
 
@@ -21,9 +22,12 @@ from pathlib import Path
 
 TASKS = {'mmseg': 'segmentation', 'mmdet': 'detection'}
 #: The fields a task needs beyond those every file carries (which have no default).
-TASK_FIELDS = {'segmentation': (), 'detection': ('resize', 'mask_thr')}
-#: mmcv ``Resize``'s arguments that act on the image, with its defaults.
-RESIZE_ARGS = dict(scale=None, scale_factor=None, keep_ratio=False, interpolation='bilinear', backend='cv2')
+TASK_FIELDS = {'segmentation': ('resize', ), 'detection': ('resize', 'mask_thr')}
+#: The test resizes inference reproduces: the arguments of each that act on the image, with their defaults.
+RESIZE_ARGS = {
+    'Resize': dict(scale=None, scale_factor=None, keep_ratio=False, interpolation='bilinear', backend='cv2'),
+    'AlignResize': dict(scale=(2048, 512), size_divisor=32, interpolation='bilinear'),
+}
 
 
 class MetadataError(ValueError):
@@ -97,14 +101,16 @@ def inference_metadata(config: str | Path, cfg_options: dict | None = None) -> M
 
 
 def pipeline_resize(cfg) -> dict | None:
-    """The image arguments (:data:`RESIZE_ARGS`) of the test pipeline's ``Resize`` (mmcv's, which
-    mmdet's and mmseg's extend with boxes and maps), or None if it has none."""
-    resizes = [t for t in cfg.test_dataloader.dataset.get('pipeline', []) if t['type'].split('.')[-1] == 'Resize']
+    """The test pipeline's resize: its ``type`` (mmcv's ``Resize``, which mmdet's and mmseg's
+    extend to boxes and maps, or ``AlignResize``) and image arguments (:data:`RESIZE_ARGS`), or
+    None if it has none."""
+    resizes = [t for t in cfg.test_dataloader.dataset.get('pipeline', []) if t['type'].split('.')[-1] in RESIZE_ARGS]
     if len(resizes) > 1:
         raise MetadataError(f'the test pipeline resizes {len(resizes)} times; inference from the file does it once')
     if not resizes:
         return None
-    args = {k: resizes[0].get(k, default) for k, default in RESIZE_ARGS.items()}
+    kind = resizes[0]['type'].split('.')[-1]
+    args = {'type': kind, **{k: resizes[0].get(k, default) for k, default in RESIZE_ARGS[kind].items()}}
     if isinstance(args['scale'], int):
         args['scale'] = (args['scale'], args['scale'])
     return {k: tuple(v) if isinstance(v, list) else v for k, v in args.items()}
