@@ -1,11 +1,12 @@
 """Semantic segmentation from an exported ONNX file alone: onnxruntime, numpy and the file's
 metadata (:mod:`.metadata`); the torch model is not built.
 
-An image goes the way mmseg's test takes it (``SegDataPreProcessor`` then
-``EncoderDecoder.predict``): channels swapped to RGB and normalised if the metadata says so,
-padded at the bottom and right to multiples of ``size_divisor`` with ``pad_val``, the logits
-resized bilinearly to the padded size, the padding cut off, argmax over the classes. The
-overlay is that of mmseg's ``SegLocalVisualizer`` without the label texts.
+An image goes the way mmseg's test takes it (the test pipeline's resize, ``SegDataPreProcessor``
+then ``EncoderDecoder.predict``): resized as the metadata says (:func:`resize`, shared with the
+detector), channels swapped to RGB and normalised if the metadata says so, padded at the bottom
+and right to multiples of ``size_divisor`` with ``pad_val``, the logits resized bilinearly to
+the padded size, the padding cut off, resized bilinearly back to the image's size, argmax over
+the classes. The overlay is that of mmseg's ``SegLocalVisualizer`` without the label texts.
 """
 from __future__ import annotations
 
