@@ -230,3 +230,17 @@ def test_tool_draws_the_detections_at_the_image_s_size_and_prints_those_above_th
         outside[max(y1 - 4, 0):y2 + 5, max(x1 - 4, 0):x2 + 5] = False
         outside[max(y1 - 4, 0):y1 + 20, max(x1 - 4, 0):] = False  # the label runs right of small boxes
     assert outside.any() and np.array_equal(drawn[outside], image[outside])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('change, message', [
+    (dict(mask_thr='null'), 'carries no mask threshold (mask_thr): re-export it'),
+    (dict(mask_thr=None, resize=None), 'carries incomplete (no resize, mask_thr) inference metadata: re-export it'),
+])
+def test_tool_refuses_a_detector_file_without_what_mmdet_s_test_needs(change, message, exported, tmp_path, capsys):
+    from test_onnx_infer import with_props
+
+    _, path, loader = exported
+    changed = with_props(path, tmp_path / 'changed.onnx', **change)
+    assert onnx_infer.main([str(changed), loader.dataset[0]['data_samples'].img_path]) == 1
+    assert f'error: {changed} {message}' in capsys.readouterr().err

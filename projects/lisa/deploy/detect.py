@@ -4,7 +4,7 @@ the torch model nor mmdet is needed.
 
 An image goes the way mmdet's test takes it:
 
-* the test pipeline's ``Resize`` (mmcv's own transform, run on the image: ``imrescale`` with
+* the test pipeline's ``Resize`` (:func:`.infer.resize`: mmcv's own transform, ``imrescale`` with
   ``keep_ratio``, else ``imresize``), which records the scale factor ``(s_w, s_h)`` (new size
   over old, per side);
 * ``DetDataPreprocessor``: channels to RGB, normalised, padded at the bottom and right to
