@@ -1,8 +1,9 @@
-"""Inference from an exported ONNX file alone (tools/onnx_infer.py, projects/lisa/deploy/infer.py):
+"""Segmentation from an exported ONNX file alone (tools/onnx_infer.py, projects/lisa/deploy/infer.py):
 the metadata written at export, the label map against eager torch, the overlay against mmseg's
-visualiser and by hand, the tool's errors."""
+visualiser and by hand, the tool's errors. Detection: tests/test_onnx_infer_detector.py."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import mmcv
@@ -86,6 +87,7 @@ def test_metadata_of_the_paper_config_is_ade20k_and_mmseg_s_preprocessor(tmp_pat
     assert meta.palette == tuple(map(tuple, ADE20KDataset.METAINFO['palette']))
     assert (meta.mean, meta.std, meta.bgr_to_rgb) == ((123.675, 116.28, 103.53), (58.395, 57.12, 57.375), True)
     assert (meta.task, meta.size_divisor, meta.pad_val, meta.align_corners) == ('segmentation', 32, 0.0, False)
+    assert meta.resize == dict(type='AlignResize', scale=(2048, 512), size_divisor=32, interpolation='bilinear')
     assert deploy.Metadata.from_props(meta.to_props(), 'x') == meta
 
 
@@ -102,10 +104,14 @@ def test_metadata_takes_the_config_s_metainfo_and_test_padding_and_a_detector_s_
 
 @pytest.mark.parametrize('align_corners', [False, True])
 @pytest.mark.parametrize('size, crop', [((24, 32), (21, 30)), ((7, 9), (7, 9)), ((40, 13), (33, 13))])
-def test_upsample_argmax_is_the_argmax_of_torch_bilinear_interpolation(size, crop, align_corners):
+@pytest.mark.parametrize('out', [None, (17, 45), (150, 20)])
+def test_upsample_argmax_is_the_argmax_of_torch_bilinear_interpolation(size, crop, out, align_corners):
+    """Resized to ``size``, cropped, and (as mmseg's test after a test resize) resized to ``out``."""
     logits = torch.randn(5, 6, 8)
-    ref = F.interpolate(logits[None], size=size, mode='bilinear', align_corners=align_corners)[0]
-    assert_argmax_of(upsample_argmax(logits.numpy(), size, crop, align_corners), ref[:, :crop[0], :crop[1]])
+    ref = F.interpolate(logits[None], size=size, mode='bilinear', align_corners=align_corners)[:, :, :crop[0], :crop[1]]
+    if out is not None:
+        ref = F.interpolate(ref, size=out, mode='bilinear', align_corners=align_corners)
+    assert_argmax_of(upsample_argmax(logits.numpy(), size, crop, align_corners, out), ref[0])
 
 
 def test_label_map_is_the_argmax_of_the_eager_model_on_mmseg_s_preprocessing(conv_onnx, tmp_path):
@@ -120,6 +126,33 @@ def test_label_map_is_the_argmax_of_the_eager_model_on_mmseg_s_preprocessing(con
         logits = F.interpolate(model(x), size=(24, 32), mode='bilinear', align_corners=False)[0, :, :21, :30]
     labels = deploy.OnnxSegmentor(path)(image)
     assert labels.shape == (21, 30) and len(np.unique(labels)) > 1
+    assert_argmax_of(labels, logits)
+
+
+@pytest.mark.parametrize('resize', [dict(type='Resize', scale=(40, 30), keep_ratio=True),
+                                    dict(type='AlignResize', scale=(60, 36), size_divisor=8)])
+def test_label_map_follows_the_test_resize_and_comes_back_to_the_image_s_size(resize, conv_onnx, tmp_path):
+    """mmseg's test with a resize: the image resized (mmcv's ``imrescale``; ``AlignResize``:
+    ``imresize`` to sides rounded up to 8), preprocessed, the logits resized to the padded
+    input, the padding cut off, then resized back to the image's size."""
+    model, path = conv_onnx
+    args = dict(resize, interpolation='bilinear', **({'backend': 'cv2'} if resize['type'] == 'Resize' else {}))
+    changed = with_props(path, tmp_path / 'resized.onnx', resize=json.dumps(args))
+    image, _ = image_file(tmp_path)  # 21 x 30
+    if resize['type'] == 'Resize':
+        resized = mmcv.imrescale(image, (40, 30))  # 28 x 40
+    else:  # fits in 60 x 36 at 51 x 36, sides rounded up to 8
+        w, h = mmcv.rescale_size((30, 21), (60, 36))
+        resized = mmcv.imresize(image, (-w // 8 * -8, -h // 8 * -8))  # 40 x 56
+    m = CONV_METADATA
+    x = (torch.from_numpy(resized[..., ::-1].copy()).float() - torch.tensor(m.mean)) / torch.tensor(m.std)
+    h, w = resized.shape[:2]
+    x = F.pad(x.permute(2, 0, 1)[None], (0, -w % 8, 0, -h % 8), value=m.pad_val)
+    with torch.no_grad():
+        logits = F.interpolate(model(x), size=x.shape[2:], mode='bilinear', align_corners=False)[:, :, :h, :w]
+        logits = F.interpolate(logits, size=image.shape[:2], mode='bilinear', align_corners=False)[0]
+    labels = deploy.OnnxSegmentor(changed)(image)
+    assert labels.shape == image.shape[:2] and len(np.unique(labels)) > 1
     assert_argmax_of(labels, logits)
 
 
@@ -157,7 +190,12 @@ def test_tool_writes_the_overlay_at_the_image_s_size_and_prints_the_classes(conv
     ({f: None for f in CONV_METADATA.to_props()}, 'carries no inference metadata: re-export it with '
                                                   'tools/export_onnx.py'),
     (dict(task=None, palette=None), 'carries incomplete (no task, palette) inference metadata: re-export it'),
-    (dict(task='"detection"'), "holds task 'detection'; only 'segmentation' models run here"),
+    (dict(task='"classification"'), "holds task 'classification'; only 'segmentation' or 'detection' models run "
+                                    'here'),
+    (dict(task='"detection"', resize=None, mask_thr=None), 'carries incomplete (no resize, mask_thr) inference '
+                                                           'metadata: re-export it'),
+    (dict(task='"detection"'), "gives outputs ('seg_logits',), not a Mask R-CNN's ('boxes', 'scores', 'labels', "
+                               "'masks')"),
     (dict(classes='["a", "b"]'), 'gives 3 logit channels for 2 classes'),
 ])
 def test_tool_refuses_a_model_without_usable_metadata(change, message, conv_onnx, tmp_path, capsys):
@@ -189,8 +227,9 @@ def test_tool_refuses_bad_arguments_naming_them(argv, message, conv_onnx, tmp_pa
 @pytest.mark.slow
 def test_exported_lisa_segmentor_segments_as_mmseg_s_own_test_step(tmp_path, monkeypatch, capsys):
     """tools/export_onnx.py on a small LiSA-PVT Semantic FPN (two stages, random weights), then
-    tools/onnx_infer.py: the labels are those of the eager model's ``test_step`` (mmseg's data
-    preprocessor from the config, padding to 32, logits resized and cropped) on the same image."""
+    tools/onnx_infer.py: the labels are those of the eager model's ``test_step`` on the same image
+    through the config's test pipeline (``AlignResize`` to 512 x 736) and data preprocessor, the
+    logits resized back to the image."""
     config = tmp_path / 'tiny.py'
     config.write_text(
         f"_base_ = '{fpn_args(tmp_path)[0]}'\n"
@@ -214,11 +253,16 @@ def test_exported_lisa_segmentor_segments_as_mmseg_s_own_test_step(tmp_path, mon
     assert onnx_infer.main([str(tmp_path / 'fpn.onnx'), str(image_path), '--out', str(tmp_path / 'o.png')]) == 0
     assert mmcv.imread(str(tmp_path / 'o.png')).shape == image.shape and '50x70 label map' in capsys.readouterr().out
 
-    from mmseg.structures import SegDataSample
-    segmentor = built[0].model
-    segmentor.data_preprocessor.test_cfg = dict(size_divisor=32)
-    sample = SegDataSample(metainfo=dict(img_shape=(50, 70), ori_shape=(50, 70)))
+    from mmengine.config import Config
+    from mmengine.dataset import Compose
+    from mmseg.utils import register_all_modules
+
+    register_all_modules()
+    pipeline = Compose([t for t in Config.fromfile(str(config)).test_dataloader.dataset.pipeline
+                        if t['type'] != 'LoadAnnotations'])
+    packed = pipeline(dict(img_path=str(image_path)))
+    assert packed['data_samples'].img_shape == (512, 736)
     with torch.no_grad():
-        ref = segmentor.test_step(dict(inputs=[torch.from_numpy(image.transpose(2, 0, 1).copy())],
-                                       data_samples=[sample]))[0]
+        ref = built[0].model.test_step(dict(inputs=[packed['inputs']], data_samples=[packed['data_samples']]))[0]
+    assert ref.seg_logits.data.shape[1:] == (50, 70)
     assert_argmax_of(deploy.OnnxSegmentor(tmp_path / 'fpn.onnx')(image), ref.seg_logits.data)

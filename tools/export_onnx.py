@@ -7,7 +7,7 @@ weights. What is exported (a segmentor's logits; a Mask R-CNN's boxes, scores, l
 and 28 x 28 masks, for one image with its ``img_shape``; height and width dynamic) and
 how: :mod:`projects.lisa.deploy.onnx`, :mod:`projects.lisa.deploy.detector`. The file
 carries what inference needs besides the graph (normalisation, padding, classes, palette:
-:mod:`projects.lisa.deploy.metadata`), so ``tools/onnx_infer.py`` segments images from it alone.
+:mod:`projects.lisa.deploy.metadata`), so ``tools/onnx_infer.py`` segments or detects from it alone.
 
 The exported file is then always run by onnxruntime at ``--shape`` and at
 ``--check-shape`` (default: 32 pixels taller and 64 wider) and compared with

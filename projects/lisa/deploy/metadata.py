@@ -5,9 +5,13 @@ The graph maps a normalised image batch to logits (:mod:`.onnx`); to run it on a
 needs the data preprocessor's normalisation (``mean``, ``std``, ``bgr_to_rgb``), what the sides
 must be multiples of and the value padding them (``size_divisor``, ``pad_val``), how the decode
 head resizes its logits (``align_corners``), the dataset's ``classes`` and ``palette``, and the
-``task`` (``'segmentation'``, or ``'detection'`` for a Mask R-CNN).
+``task`` (``'segmentation'``, or ``'detection'`` for a Mask R-CNN), the test pipeline's resize
+(``resize``: mmcv's ``Resize`` or PVT's ``AlignResize``, with the arguments that act on the
+image; a detector's boxes are divided by its scale factor, a segmentor's logits resized back to
+the image) and a detector's mask threshold (``mask_thr``, ``test_cfg.rcnn.mask_thr_binary``).
 :func:`inference_metadata` reads them from the config; :meth:`Metadata.from_props` reads them
-back with json alone (no torch, no OpenMMLab import).
+back with json alone (no torch, no OpenMMLab import). The last two came later: a file without
+them is refused (re-export it), since its results would silently not be the test's.
 """
 from __future__ import annotations
 
@@ -17,6 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TASKS = {'mmseg': 'segmentation', 'mmdet': 'detection'}
+#: The fields a task needs beyond those every file carries (which have no default).
+TASK_FIELDS = {'segmentation': ('resize', ), 'detection': ('resize', 'mask_thr')}
+#: The test resizes inference reproduces: the arguments of each that act on the image, with their defaults.
+RESIZE_ARGS = {
+    'Resize': dict(scale=None, scale_factor=None, keep_ratio=False, interpolation='bilinear', backend='cv2'),
+    'AlignResize': dict(scale=(2048, 512), size_divisor=32, interpolation='bilinear'),
+}
 
 
 class MetadataError(ValueError):
@@ -36,6 +47,8 @@ class Metadata:
     align_corners: bool
     classes: tuple[str, ...]
     palette: tuple[tuple[int, int, int], ...]
+    resize: dict | None = None
+    mask_thr: float | None = None
 
     def to_props(self) -> dict[str, str]:
         """The ``metadata_props`` of the ONNX file: each field as JSON."""
@@ -43,23 +56,29 @@ class Metadata:
 
     @classmethod
     def from_props(cls, props: dict[str, str], source: str) -> Metadata:
-        """Read back :meth:`to_props`; :class:`MetadataError` naming ``source`` if a key is missing."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        missing = [name for name in names if name not in props]
+        """Read back :meth:`to_props`; :class:`MetadataError` naming ``source`` if a key that every
+        file or the file's task needs is missing."""
+        fields = dataclasses.fields(cls)
+        names = [f.name for f in fields if f.default is dataclasses.MISSING]
+        task = json.loads(props['task']) if 'task' in props else None
+        needed = names + list(TASK_FIELDS.get(task, ()))
+        missing = [name for name in needed if name not in props]
         if missing:
-            what = 'no' if missing == names else f'incomplete (no {", ".join(missing)})'
+            what = 'no' if missing == needed else f'incomplete (no {", ".join(missing)})'
             raise MetadataError(f'{source} carries {what} inference metadata: re-export it with tools/export_onnx.py')
-        values = {name: json.loads(props[name]) for name in names}
+        values = {f.name: json.loads(props[f.name]) for f in fields if f.name in props}
         for name in ('mean', 'std', 'classes'):
             values[name] = None if values[name] is None else tuple(values[name])
         values['palette'] = tuple(tuple(c) for c in values['palette'])
+        if values.get('resize') is not None:  # mmcv's Resize takes tuples, not lists
+            values['resize'] = {k: tuple(v) if isinstance(v, list) else v for k, v in values['resize'].items()}
         return cls(**values)
 
 
 def inference_metadata(config: str | Path, cfg_options: dict | None = None) -> Metadata:
     """The metadata of the config's model: its data preprocessor, decode head, test dataset
     (built lazily, so mmseg's or mmdet's ``METAINFO`` and the config's ``metainfo`` resolve as
-    in testing: no data is read) and test pipeline."""
+    in testing: no data is read), test pipeline and a detector's ``test_cfg``."""
     from mmengine.registry import DATASETS
 
     from .onnx import load_config  # torch and mmengine: not needed to read metadata back
@@ -76,7 +95,25 @@ def inference_metadata(config: str | Path, cfg_options: dict | None = None) -> M
         pad_val=float(prep.get('pad_val', prep.get('pad_value', 0))),
         align_corners=bool(cfg.model.get('decode_head', {}).get('align_corners', False)),
         classes=tuple(dataset.metainfo['classes']),
-        palette=tuple(tuple(int(v) for v in c) for c in dataset.metainfo['palette']))
+        palette=tuple(tuple(int(v) for v in c) for c in dataset.metainfo['palette']),
+        resize=pipeline_resize(cfg),
+        mask_thr=None if scope != 'mmdet' else float(cfg.model.test_cfg.rcnn.mask_thr_binary))
+
+
+def pipeline_resize(cfg) -> dict | None:
+    """The test pipeline's resize: its ``type`` (mmcv's ``Resize``, which mmdet's and mmseg's
+    extend to boxes and maps, or ``AlignResize``) and image arguments (:data:`RESIZE_ARGS`), or
+    None if it has none."""
+    resizes = [t for t in cfg.test_dataloader.dataset.get('pipeline', []) if t['type'].split('.')[-1] in RESIZE_ARGS]
+    if len(resizes) > 1:
+        raise MetadataError(f'the test pipeline resizes {len(resizes)} times; inference from the file does it once')
+    if not resizes:
+        return None
+    kind = resizes[0]['type'].split('.')[-1]
+    args = {'type': kind, **{k: resizes[0].get(k, default) for k, default in RESIZE_ARGS[kind].items()}}
+    if isinstance(args['scale'], int):
+        args['scale'] = (args['scale'], args['scale'])
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in args.items()}
 
 
 def size_divisor(cfg) -> int | None:
