@@ -166,7 +166,7 @@ def average_precision(pairs: Sequence[tuple], loader) -> dict[str, tuple[float, 
     from mmengine.evaluator import Evaluator
     from mmengine.structures import InstanceData
 
-    ann_file = str(Path(loader.dataset.data_root) / loader.dataset.ann_file)
+    ann_file = loader.dataset.ann_file  # joined to data_root by the dataset
     found = {}
     for source in ('eager', 'onnx'):
         evaluator = Evaluator(CocoMetric(ann_file=ann_file, metric=['bbox', 'segm']))
