@@ -120,14 +120,15 @@ def tiny_trained(tmp_path_factory) -> tuple[Path, Path, Path]:
 
 
 @pytest.mark.slow
-def test_trained_detector_figures_at_two_scales_within_bounds(tiny_trained, tmp_path):
+def test_trained_detector_figures_at_two_scales_within_bounds(tiny_trained, tmp_path, monkeypatch):
     """The tool's item-1 part on a tiny detector: exported once, mmdet's test and onnxruntime agree at
     the test scale and 1.5 times it, each with detections and both APs; the figures are the
-    document's. About a minute (the export)."""
+    document's. The data root relative, as the defaults are. About a minute (the export)."""
     config, checkpoint, coco = tiny_trained
     doc = tmp_path / 'deploy.md'
+    monkeypatch.chdir(coco.parent)
     assert benchmark_deploy.main(['--parts', 'trained', '--config', str(config), '--checkpoint', str(checkpoint),
-                                  '--data-root', str(coco), '--out', str(tmp_path), '--markdown', str(doc)]) == 0
+                                  '--data-root', coco.name, '--out', str(tmp_path), '--markdown', str(doc)]) == 0
     import json
 
     rows = json.loads((tmp_path / 'deploy.json').read_text())['trained']
