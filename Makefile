@@ -32,6 +32,7 @@ docs: install
 	$(PY) tools/benchmark_model.py --img-sizes 224 2048 --threads 1 --markdown docs/deit.md
 	$(PY) tools/demo.py
 	$(PY) tools/collect_results.py work_dirs/demo --found-only --markdown docs/results.md
+	$(PY) tools/benchmark_deploy.py --threads 1 --markdown docs/deploy.md
 
 # The long-range probe (docs/long_range.md): the six main attentions x 3 seeds x 2 difficulties, two runs
 # at a time (the sweep's wall time is in the document; `--setting full` is the GPU-sized sweep).

@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from projects.lisa import deploy
+from projects.lisa.deploy import agreement
 from projects.lisa.deploy.detect import Detections, blend_masks, paste_mask
 from projects.lisa.deploy.infer import preprocess, resize
 
 pytest.importorskip('onnxruntime')
-from test_export_detector import HEADS, TINY, detection_config, detection_loader  # noqa: E402
+from test_export_detector import HEADS, TINY, detection_config  # noqa: E402
 
 from tools import onnx_infer  # noqa: E402
 
@@ -138,50 +139,20 @@ def exported(tmp_path_factory) -> tuple[deploy.MaskRCNNDetections, Path, object]
     """A tiny LiSA-PVT Mask R-CNN (random weights, box classifier made confident in the generated
     images' classes so that detections pass the score threshold) testing on 3 generated COCO
     images enlarged 1.25 times, exported with its metadata; with its test loader."""
-    from projects.lisa.synthetic.synthetic import COCO_LOOKS, generate
+    from projects.lisa.synthetic.synthetic import generate
 
     out = tmp_path_factory.mktemp('mrcnn')
     generate('coco', out, num_train=1, num_val=3, size=96, seed=7)
     backbone, widths = TINY['pvt']
     config = detection_config(CONFIG, out / 'coco', out / 'tiny.py',
                               f'{backbone}, neck=dict(in_channels={widths}, out_channels=16), {HEADS}')
-    loader = detection_loader(config)
+    loader = agreement.detection_loader(config)
     torch.manual_seed(0)
     wrapped = deploy.build_model(str(config), None)
-    drawn = [loader.dataset.cat2label[c] for c in COCO_LOOKS]
-    head = wrapped.model.roi_head.bbox_head
-    with torch.no_grad():  # confident scores for the drawn classes, boxes off the proposals, masks off 0.5
-        head.fc_cls.weight.mul_(10)
-        head.fc_cls.bias[drawn] += 3
-        head.fc_reg.weight.mul_(30)
-        wrapped.model.rpn_head.rpn_reg.weight.mul_(30)
-        wrapped.model.roi_head.mask_head.conv_logits.weight.mul_(30)
+    agreement.make_confident(wrapped, agreement.drawn_classes(loader))
     path = out / 'mrcnn.onnx'
     deploy.export(wrapped, (64, 96), path, opset=18, metadata=deploy.inference_metadata(config).to_props())
     return wrapped, path, loader
-
-
-def matched(eager, onnx: Detections) -> dict:
-    """Counts, then over detections matched one to one (same label, largest box IoU, in eager's
-    score order): the smallest box IoU, largest score difference and smallest mask IoU."""
-    from mmdet.structures.bbox import bbox_overlaps
-
-    ref = eager.pred_instances
-    found = dict(count=(len(ref), len(onnx)), min_iou=1.0, max_score_diff=0.0, min_mask_iou=1.0)
-    if not len(ref) or len(ref) != len(onnx):
-        return found
-    iou = (bbox_overlaps(ref.bboxes, torch.from_numpy(onnx.boxes))
-           * (ref.labels[:, None] == torch.from_numpy(onnx.labels)[None])).numpy()
-    free = np.ones(len(onnx), dtype=bool)
-    for i in range(len(ref)):
-        j = int(np.where(free, iou[i], -1).argmax())
-        free[j] = False
-        a, b = ref.masks[i].numpy(), onnx.masks[j]
-        union = (a | b).sum()
-        found['min_iou'] = min(found['min_iou'], float(iou[i, j]))
-        found['max_score_diff'] = max(found['max_score_diff'], abs(float(ref.scores[i]) - float(onnx.scores[j])))
-        found['min_mask_iou'] = min(found['min_mask_iou'], (a & b).sum() / union if union else 1.0)
-    return found
 
 
 @pytest.mark.slow
@@ -196,12 +167,12 @@ def test_onnx_detector_on_an_image_file_gives_mmdet_s_own_test_detections(export
             eager = wrapped.model.test_step(batch)[0]
         onnx = detector(mmcv.imread(eager.img_path))
         assert onnx.masks.shape[1:] == eager.ori_shape
-        found.append(matched(eager, onnx))
-    print(found)
-    for a in found:
-        assert a['count'][0] == a['count'][1] and a['min_iou'] >= 0.99, found
-        assert a['max_score_diff'] <= 1e-3 and a['min_mask_iou'] >= 0.98, found
-    assert sum(a['count'][0] for a in found) > 0, 'no detection: the comparison would hold nothing'
+        found.append(agreement.agreement(eager, dict(bboxes=torch.from_numpy(onnx.boxes),
+                                                     scores=torch.from_numpy(onnx.scores),
+                                                     labels=torch.from_numpy(onnx.labels),
+                                                     masks=torch.from_numpy(onnx.masks))))
+    total = agreement.summary(found)
+    assert not agreement.failures(total), (agreement.failures(total), total)  # failures include no detection
 
 
 @pytest.mark.slow

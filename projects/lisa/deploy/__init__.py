@@ -2,9 +2,9 @@
 file's metadata (:mod:`.metadata`), segmentation and detection from that file alone
 (:mod:`.infer`, :mod:`.detect`), the rewrites that keep their sizes symbolic (:mod:`.rewrites`),
 exportable stand-ins of mmcv's detection ops (:mod:`.nms`, :mod:`.roi_align`) and Mask R-CNN's
-post-processing written with them (:mod:`.detector`). LiSA's attentions export as they are
-(under ``torch.export`` they trace their plain-tensor references,
-:mod:`projects.lisa.models.attention.ops.backend`)."""
+post-processing written with them (:mod:`.detector`), checked against mmdet's own test by
+:mod:`.agreement`. LiSA's attentions export as they are (under ``torch.export`` they trace their
+plain-tensor references, :mod:`projects.lisa.models.attention.ops.backend`)."""
 from .detect import Detections, OnnxDetector
 from .detector import MaskRCNNDetections, paste_detections
 from .infer import OnnxSegmentor

@@ -1,0 +1,249 @@
+"""Deployment figures (issue #26, items 1 and 4): the exported models against eager PyTorch.
+
+* **The demo's trained Mask R-CNN** (:func:`measure_trained`): exported once, then mmdet's own
+  test (``model.test_step``) and onnxruntime on the generated COCO val images at each test
+  scale, compared by :func:`projects.lisa.deploy.agreement.compare` (counts, one-to-one matched
+  boxes, scores and pasted masks, box and mask AP).
+* **The paper's dense models** (:func:`measure_model`, :data:`MODELS`) at full widths with random
+  weights: export time, file size, latency of eager (the exported module itself, under
+  ``torch.no_grad``) and of onnxruntime on the same input with the same thread count, the two
+  taking turns run by run (:func:`.benchmark.median_times`), and how far the two agree:
+  segmentors by :func:`projects.lisa.deploy.relative_errors` at two sizes, detectors by
+  :func:`~projects.lisa.deploy.agreement.compare` on generated COCO images. Random weights detect
+  nothing above the score threshold, so each detector is first made confident in the generated
+  classes (:func:`~projects.lisa.deploy.agreement.make_confident`): the timed graph then runs NMS
+  and the mask head on up to ``max_per_img`` detections (``K``, reported).
+
+:func:`document` writes the markdown (:func:`trained_table`, :func:`segmentor_table`,
+:func:`detector_table`).
+"""
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from .benchmark import median_times
+
+#: name -> config (under ``configs/``) of the dense models of the paper's Tables 3 and 4.
+MODELS = {
+    'S-FPN PVT-T': 'segmentation/fpn_pvt-t_8xb4-40k_ade20k-512x512.py',
+    'S-FPN FLatten-PVT-T': 'segmentation/fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py',
+    'S-FPN LiSA-PVT-T': 'segmentation/fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py',
+    'UperNet Swin-T': 'segmentation/upernet_swin-t_8xb2-160k_ade20k-512x512.py',
+    'UperNet FLatten-Swin-T': 'segmentation/upernet_flatten-swin-t_8xb2-160k_ade20k-512x512.py',
+    'UperNet LiSA-Swin-T': 'segmentation/upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py',
+    'Mask R-CNN PVT-T': 'detection/mask-rcnn_pvt-t_fpn_1x_coco.py',
+    'Mask R-CNN FLatten-PVT-T': 'detection/mask-rcnn_flatten-pvt-t_fpn_1x_coco.py',
+    'Mask R-CNN LiSA-PVT-T': 'detection/mask-rcnn_lisa-pvt-t_fpn_1x_coco.py',
+    'Mask R-CNN Swin-T': 'detection/mask-rcnn_swin-t_fpn_1x_coco.py',
+    'Mask R-CNN FLatten-Swin-T': 'detection/mask-rcnn_flatten-swin-t_fpn_1x_coco.py',
+    'Mask R-CNN LiSA-Swin-T': 'detection/mask-rcnn_lisa-swin-t_fpn_1x_coco.py',
+}
+
+MB = 1e6
+
+
+def key(name: str) -> str:
+    """The command-line name of a model of :data:`MODELS`, as its config names it: ``'S-FPN LiSA-PVT-T'`` ->
+    ``'fpn-lisa-pvt-t'``, ``'Mask R-CNN Swin-T'`` -> ``'mask-rcnn-swin-t'``."""
+    return name.lower().replace('s-fpn', 'fpn').replace('r-cnn', 'rcnn').replace(' ', '-')
+
+
+def padded(shape: Sequence[int], divisor: int = 32) -> tuple[int, int]:
+    """``shape (h, w)`` rounded up to multiples of ``divisor``, as the data preprocessor pads."""
+    return tuple(math.ceil(s / divisor) * divisor for s in shape)
+
+
+def timed_export(wrapped, shape: Sequence[int], path: Path, opset: int, metadata: dict | None = None) -> float:
+    """Seconds :func:`projects.lisa.deploy.export` took to write ``path`` at ``shape``."""
+    from projects.lisa.deploy import export
+
+    start = time.perf_counter()
+    export(wrapped, tuple(shape), path, opset, metadata=metadata)
+    return time.perf_counter() - start
+
+
+def latency(wrapped, session, inputs: Sequence[torch.Tensor], warmup: int, repeats: int,
+            budget_s: float) -> dict[str, dict[str, float]]:
+    """Median seconds (``wall``, process ``cpu``) of eager ``wrapped(*inputs)`` and of
+    onnxruntime's ``session`` on the same inputs, taking turns: ``{'eager': ..., 'onnxruntime': ...}``."""
+    feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
+
+    def eager() -> None:
+        with torch.no_grad():
+            wrapped(*inputs)
+
+    return median_times({'eager': eager, 'onnxruntime': lambda: session.run(None, feed)}, torch.device('cpu'),
+                        warmup, repeats, budget_s)
+
+
+def timing_row(times: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Milliseconds of :func:`latency` as flat row fields."""
+    return {f'{side}_{clock}_ms': times[side][clock] * 1e3 for side in ('eager', 'onnxruntime')
+            for clock in ('cpu', 'wall')}
+
+
+def measure_model(name: str, configs: Path, work: Path, threads: int, seg_size: Sequence[int],
+                  det_size: Sequence[int], coco_root: Path, images: int, warmup: int, repeats: int,
+                  budget_s: float, opset: int = 18, seed: int = 0, keep: bool = False) -> dict:
+    """The row of one model of :data:`MODELS` (module docstring), its config under ``configs``,
+    its ONNX file under ``work`` (removed afterwards unless ``keep``)."""
+    from projects.lisa.deploy import MaskRCNNDetections, agreement, build_model, relative_errors
+
+    config = configs / MODELS[name]
+    torch.manual_seed(seed)
+    wrapped = build_model(str(config), None)
+    detector = isinstance(wrapped, MaskRCNNDetections)
+    if detector:
+        loader = agreement.detection_loader(config, coco_root, images=images)
+        agreement.make_confident(wrapped, agreement.drawn_classes(loader))
+    shape = padded(det_size) if detector else tuple(seg_size)
+    path = work / f'{key(name)}.onnx'
+    row = dict(model=name, task='detection' if detector else 'segmentation', size=list(det_size if detector
+                                                                                       else seg_size))
+    row['export_s'] = timed_export(wrapped, shape, path, opset)
+    row['file_mb'] = path.stat().st_size / MB
+    session = agreement.ort_session(path, threads)
+    x = torch.randn(1, 3, *shape, generator=torch.Generator().manual_seed(seed))
+    if detector:  # the image inside the padding, the padding 0 (as the normalised, padded batch)
+        x[..., det_size[0]:, :] = 0
+        x[..., det_size[1]:] = 0
+        inputs = (x, torch.tensor(det_size))
+    else:
+        inputs = (x, )
+    row.update(timing_row(latency(wrapped, session, inputs, warmup, repeats, budget_s)))
+    if detector:
+        with torch.no_grad():
+            eager_k = len(wrapped(*inputs)[0])
+        onnx_k = len(session.run(None, {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs)})[0])
+        row['k'] = (eager_k, onnx_k)
+        row['agreement'] = agreement.compare(wrapped, session, loader, ap=False)
+        if eager_k != onnx_k:
+            row['agreement']['failures'].append(f'{eager_k} eager vs {onnx_k} onnxruntime detections on the '
+                                                'timed input')
+    else:
+        check = (seg_size[0] + 32, seg_size[1] + 64)
+        row['errors'] = [(list(s), e) for s, _, e in relative_errors(wrapped, path, [tuple(seg_size), check],
+                                                                     seed=seed)]
+    if not keep:
+        path.unlink()
+    return row
+
+
+def measure_trained(config: Path, checkpoint: Path, data_root: Path, scales: Sequence[float], work: Path,
+                    threads: int, opset: int = 18) -> list[dict]:
+    """Per test scale (times the config's): the item-1 comparison of the trained Mask R-CNN at
+    ``checkpoint`` on the COCO val set at ``data_root`` (its ONNX file exported once, at the
+    first scale, under ``work``)."""
+    from projects.lisa.deploy import agreement, build_model, inference_metadata
+
+    wrapped = build_model(str(config), str(checkpoint))
+    loaders = {scale: agreement.detection_loader(config, data_root, scale) for scale in scales}
+    w, h = agreement.resize_scale(loaders[scales[0]])
+    path = work / 'trained-mask-rcnn.onnx'
+    export_s = timed_export(wrapped, padded((h, w)), path, opset, inference_metadata(config).to_props())
+    session = agreement.ort_session(path, threads)
+    rows = []
+    for scale, loader in loaders.items():
+        row = dict(scale=scale, resize=list(agreement.resize_scale(loader)), export_s=export_s,
+                   file_mb=path.stat().st_size / MB)
+        row.update(agreement.compare(wrapped, session, loader))
+        rows.append(row)
+    return rows
+
+
+def machine() -> str:
+    """The CPU's model name, the cores this process may use, the OS."""
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path('/proc/cpuinfo').read_text().splitlines():
+            if line.startswith('model name'):
+                name = line.split(':', 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f'{name}, {len(os.sched_getaffinity(0))} cores available, {platform.system()} {platform.release()}'
+
+
+def ms(row: dict, side: str) -> str:
+    return f"{row[f'{side}_cpu_ms']:.0f} / {row[f'{side}_wall_ms']:.0f}"
+
+
+def ratio(row: dict) -> str:
+    return ' / '.join(f"{row[f'onnxruntime_{c}_ms'] / row[f'eager_{c}_ms']:.2f}x" for c in ('cpu', 'wall'))
+
+
+def verdict(failures: Sequence[str]) -> str:
+    return 'yes' if not failures else 'NO: ' + '; '.join(failures)
+
+
+def trained_table(rows: Sequence[dict]) -> str:
+    """The item-1 comparison of :func:`measure_trained`, a row per test scale."""
+    lines = ['| test scale (Resize w×h) | images | detections eager / onnxruntime | images with other counts '
+             '| min box IoU | max score diff | min mask IoU | box AP eager / onnxruntime '
+             '| mask AP eager / onnxruntime | within bounds |',
+             '|---|---|---|---|---|---|---|---|---|---|']
+    for r in rows:
+        (box_e, box_o), (mask_e, mask_o) = r['ap']['bbox'], r['ap']['segm']
+        lines.append(f"| {r['scale']:g}× ({r['resize'][0]}×{r['resize'][1]}) | {r['images']} | {r['eager']} / "
+                     f"{r['onnx']} | {r['count_mismatches']} | {r['min_iou']:.4f} | {r['max_score_diff']:.1e} | "
+                     f"{r['min_mask_iou']:.4f} | {100 * box_e:.1f} / {100 * box_o:.1f} | "
+                     f"{100 * mask_e:.1f} / {100 * mask_o:.1f} | {verdict(r['failures'])} |")
+    return '\n'.join(lines)
+
+
+def segmentor_table(rows: Sequence[dict]) -> str:
+    """Export, latency and relative errors of the segmentor rows of :func:`measure_model`."""
+    rows = [r for r in rows if r['task'] == 'segmentation']
+    if not rows:
+        return ''
+    sizes = ' / '.join(f'{h}×{w}' for (h, w), _ in rows[0]['errors'])
+    h, w = rows[0]['size']
+    lines = [f'| model | export s | file MB | eager ms {h}×{w} (CPU / wall) | onnxruntime ms (CPU / wall) '
+             f'| onnxruntime / eager (CPU / wall) | relative error {sizes} |', '|---|---|---|---|---|---|---|']
+    for r in rows:
+        errors = ' / '.join(f'{e:.1e}' for _, e in r['errors'])
+        lines.append(f"| {r['model']} | {r['export_s']:.0f} | {r['file_mb']:.1f} | {ms(r, 'eager')} | "
+                     f"{ms(r, 'onnxruntime')} | {ratio(r)} | {errors} |")
+    return '\n'.join(lines)
+
+
+def detector_table(rows: Sequence[dict]) -> str:
+    """Export, latency, K and agreement of the detector rows of :func:`measure_model`."""
+    rows = [r for r in rows if r['task'] == 'detection']
+    if not rows:
+        return ''
+    h, w = rows[0]['size']
+    lines = [f'| model | export s | file MB | eager ms {h}×{w} (CPU / wall) | onnxruntime ms (CPU / wall) '
+             '| onnxruntime / eager (CPU / wall) | K eager / onnxruntime | images | detections eager / onnxruntime '
+             '| min box IoU | max score diff | min mask IoU | within bounds |',
+             '|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+    for r in rows:
+        a = r['agreement']
+        lines.append(f"| {r['model']} | {r['export_s']:.0f} | {r['file_mb']:.1f} | {ms(r, 'eager')} | "
+                     f"{ms(r, 'onnxruntime')} | {ratio(r)} | {r['k'][0]} / {r['k'][1]} | {a['images']} | "
+                     f"{a['eager']} / {a['onnx']} | {a['min_iou']:.4f} | {a['max_score_diff']:.1e} | "
+                     f"{a['min_mask_iou']:.4f} | {verdict(a['failures'])} |")
+    return '\n'.join(lines)
+
+
+def document(command: str, setting: str, trained: Sequence[dict], trained_note: str, models: Sequence[dict],
+             models_note: str, wall_s: float) -> str:
+    """The markdown of ``docs/deploy.md``: what wrote it, the setting, the tables."""
+    parts = ['# Deployment: ONNX export and onnxruntime against eager PyTorch', '',
+             f'Written by `{command}` (do not edit by hand), in {wall_s / 60:.0f} min.', '', f'Setting: {setting}.']
+    if trained:
+        parts += ['', "## The demo's trained Mask R-CNN: onnxruntime's detections against mmdet's test", '',
+                  trained_note, '', trained_table(trained)]
+    if models:
+        parts += ['', "## The paper's models: export, latency, agreement", '', models_note]
+        for table in (segmentor_table(models), detector_table(models)):
+            if table:
+                parts += ['', table]
+    return '\n'.join(parts) + '\n'
