@@ -9,9 +9,10 @@ import torch
 
 from projects.lisa import deploy
 from projects.lisa.deploy import agreement, detector
+from projects.lisa.deploy.onnx import ort_session
 
 mmcv_ops = pytest.importorskip('mmcv.ops')
-ort = pytest.importorskip('onnxruntime')
+pytest.importorskip('onnxruntime')
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,7 +128,7 @@ def test_onnx_detections_equal_mmdet_test_at_two_sizes(config, coco_val, tmp_pat
     wrapped = deploy.build_model(str(cfg[96]), None)
     agreement.make_confident(wrapped, agreement.drawn_classes(loaders[96]))
     deploy.export(wrapped, (64, 96), tmp_path / 'mrcnn.onnx', opset=18)
-    session = ort.InferenceSession(str(tmp_path / 'mrcnn.onnx'), providers=['CPUExecutionProvider'])
+    session = ort_session(tmp_path / 'mrcnn.onnx')
     for size, loader in loaders.items():
         pairs = agreement.both_detections(wrapped, session, loader)
         found = assert_agree(pairs)

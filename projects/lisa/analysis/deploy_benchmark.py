@@ -95,6 +95,7 @@ def measure_model(name: str, configs: Path, work: Path, threads: int, seg_size: 
     """The row of one model of :data:`MODELS` (module docstring), its config under ``configs``,
     its ONNX file under ``work`` (removed afterwards unless ``keep``)."""
     from projects.lisa.deploy import MaskRCNNDetections, agreement, build_model, relative_errors
+    from projects.lisa.deploy.onnx import ort_session
 
     config = configs / MODELS[name]
     torch.manual_seed(seed)
@@ -109,7 +110,7 @@ def measure_model(name: str, configs: Path, work: Path, threads: int, seg_size: 
                                                                                        else seg_size))
     row['export_s'] = timed_export(wrapped, shape, path, opset)
     row['file_mb'] = path.stat().st_size / MB
-    session = agreement.ort_session(path, threads)
+    session = ort_session(path, threads)
     x = torch.randn(1, 3, *shape, generator=torch.Generator().manual_seed(seed))
     if detector:  # the image inside the padding, the padding 0 (as the normalised, padded batch)
         x[..., det_size[0]:, :] = 0
@@ -142,13 +143,14 @@ def measure_trained(config: Path, checkpoint: Path, data_root: Path, scales: Seq
     ``checkpoint`` on the COCO val set at ``data_root`` (its ONNX file exported once, at the
     first scale, under ``work``)."""
     from projects.lisa.deploy import agreement, build_model, inference_metadata
+    from projects.lisa.deploy.onnx import ort_session
 
     wrapped = build_model(str(config), str(checkpoint))
     loaders = {scale: agreement.detection_loader(config, data_root, scale) for scale in scales}
     w, h = agreement.resize_scale(loaders[scales[0]])
     path = work / 'trained-mask-rcnn.onnx'
     export_s = timed_export(wrapped, padded((h, w)), path, opset, inference_metadata(config).to_props())
-    session = agreement.ort_session(path, threads)
+    session = ort_session(path, threads)
     rows = []
     for scale, loader in loaders.items():
         row = dict(scale=scale, resize=list(agreement.resize_scale(loader)), export_s=export_s,

@@ -190,17 +190,5 @@ def compare(wrapped: MaskRCNNDetections, session, loader, ap: bool = True) -> di
     return total
 
 
-def ort_session(path: str | Path, threads: int | None = None):
-    """An onnxruntime CPU session of ``path``, with ``threads`` intra-op threads (and one
-    inter-op thread) if given."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    if threads is not None:
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), options, providers=['CPUExecutionProvider'])
-
-
 __all__ = ['THRESHOLDS', 'agreement', 'average_precision', 'both_detections', 'compare', 'detection_loader',
-           'drawn_classes', 'failures', 'make_confident', 'ort_session', 'resize_scale', 'summary']
+           'drawn_classes', 'failures', 'make_confident', 'resize_scale', 'summary']

@@ -72,14 +72,10 @@ class OnnxSegmentor:
         self.path = path
         self.session, self.metadata = opened or open_session(path, 'segmentation')
 
-    def preprocess(self, image: np.ndarray) -> np.ndarray:
-        """:func:`preprocess` with this file's metadata."""
-        return preprocess(image, self.metadata)
-
     def __call__(self, image: np.ndarray) -> np.ndarray:
         """The label map ``(H, W)`` (int64, class indices) of a BGR ``(H, W, 3)`` image."""
         resized, _ = resize(image, self.metadata)
-        x = self.preprocess(resized)
+        x = preprocess(resized, self.metadata)
         logits = self.session.run(None, {self.session.get_inputs()[0].name: x})[0][0]
         if logits.shape[0] != len(self.metadata.classes):
             raise MetadataError(f'{self.path} gives {logits.shape[0]} logit channels for {len(self.metadata.classes)} '

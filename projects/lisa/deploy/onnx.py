@@ -105,13 +105,23 @@ def export(model: nn.Module, shape: tuple[int, int], path: Path, opset: int, bat
     program.save(str(path), external_data=False)
 
 
+def ort_session(path: str | Path, threads: int | None = None):
+    """An onnxruntime CPU session of ``path``, with ``threads`` intra-op threads (and one
+    inter-op thread) if given."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=['CPUExecutionProvider'])
+
+
 def relative_errors(model: nn.Module, path: Path, shapes: list[tuple[int, int]], batch: int = 1,
                     seed: int = 0) -> list[tuple[tuple[int, int], str, float]]:
     """``max |onnx - eager| / max |eager|`` per input shape and output, onnxruntime vs eager
     (``inf`` where the shapes differ)."""
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    session = ort_session(path)
     generator = torch.Generator().manual_seed(seed)
     errors = []
     for shape in shapes:
