@@ -106,7 +106,7 @@ def tiny_trained(tmp_path_factory) -> tuple[Path, Path, Path]:
     generate('coco', out, num_train=1, num_val=3, size=96, seed=1)
     config = out / 'tiny.py'
     config.write_text(
-        f"_base_ = '{benchmark_deploy.parse_args(['--parts', 'models']).config}'\n"
+        f"_base_ = '{benchmark_deploy.DEMO_CONFIG}'\n"
         'model = dict(backbone=dict(arch=dict(_delete_=True, embed_dims=[16, 32, 48, 64], depths=[1, 1, 1, 1], '
         'num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2])), neck=dict(in_channels=[16, 32, 48, 64], out_channels=16),'
         ' rpn_head=dict(in_channels=16, feat_channels=16), roi_head=dict(bbox_roi_extractor=dict(out_channels=16), '

@@ -51,6 +51,7 @@ from projects.lisa.analysis.deploy_benchmark import (
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = 'mask-rcnn_lisa-pvt-t_fpn_1xb4-12e_synthetic-coco-96'
+DEMO_CONFIG = ROOT / f'configs/detection/demo/{DEMO}.py'
 KEYS = {key(name): name for name in MODELS}
 
 
@@ -58,7 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--parts', nargs='+', default=['trained', 'models'], choices=['trained', 'models'])
     trained = parser.add_argument_group("the demo's trained Mask R-CNN")
-    trained.add_argument('--config', type=Path, default=ROOT / f'configs/detection/demo/{DEMO}.py')
+    trained.add_argument('--config', type=Path, default=DEMO_CONFIG)
     trained.add_argument('--checkpoint', type=Path, default=Path('work_dirs/demo/mask-rcnn_lisa-pvt-t/epoch_12.pth'))
     trained.add_argument('--data-root', type=Path, default=Path('data/synthetic/coco'),
                          help='generated COCO (tools/generate_data.py coco): its val images are compared')
