@@ -36,8 +36,10 @@ def test_every_model_of_the_paper_has_a_config_and_a_name():
     assert benchmark_deploy.KEYS['fpn-flatten-pvt-t'] == 'S-FPN FLatten-PVT-T'
 
 
-def timing(eager: float, onnx: float) -> dict:
-    return dict(eager_cpu_ms=eager, eager_wall_ms=eager + 1, onnxruntime_cpu_ms=onnx, onnxruntime_wall_ms=onnx + 1)
+def timing(eager: float, onnx: float, reference: float | None = None) -> dict:
+    reference = eager if reference is None else reference
+    return dict(eager_cpu_ms=eager, eager_wall_ms=eager + 1, reference_cpu_ms=reference,
+                reference_wall_ms=reference + 1, onnxruntime_cpu_ms=onnx, onnxruntime_wall_ms=onnx + 1)
 
 
 def cells(table: str) -> list[list[str]]:
@@ -49,7 +51,7 @@ def cells(table: str) -> list[list[str]]:
 
 def test_tables_give_each_measured_figure_in_its_column():
     seg = dict(model='S-FPN LiSA-PVT-T', task='segmentation', size=[512, 512], export_s=61.4, file_mb=53.25,
-               errors=[([512, 512], 3.1e-6), ([544, 576], 4.2e-6)], **timing(400, 300))
+               errors=[([512, 512], 3.1e-6), ([544, 576], 4.2e-6)], **timing(400, 300, reference=600))
     fine = dict(images=2, eager=150, onnx=150, count_mismatches=0, min_iou=0.99991, max_score_diff=2.5e-6,
                 min_mask_iou=0.9953, failures=[])
     det = dict(model='Mask R-CNN Swin-T', task='detection', size=[800, 1333], export_s=150.2, file_mb=190.0,
@@ -60,6 +62,8 @@ def test_tables_give_each_measured_figure_in_its_column():
     assert figures['model'] == 'S-FPN LiSA-PVT-T' and figures['export s'] == '61' and figures['file MB'] == '53.2'
     assert figures['eager ms 512×512 (CPU / wall)'] == '400 / 401'
     assert figures['onnxruntime / eager (CPU / wall)'] == f'0.75x / {301 / 401:.2f}x'
+    assert figures['eager, reference ops ms (CPU / wall)'] == '600 / 601'
+    assert figures['onnxruntime / reference ops (CPU / wall)'] == f'0.50x / {301 / 601:.2f}x'
     assert figures['relative error 512×512 / 544×576'] == '3.1e-06 / 4.2e-06'
     header, row = cells(deploy_benchmark.detector_table([seg, det]))
     figures = dict(zip(header, row))
@@ -81,6 +85,36 @@ def test_tables_give_each_measured_figure_in_its_column():
     assert text.startswith('# ') and 'Written by `python tools/benchmark_deploy.py --threads 1`' in text
     assert 'in 2 min' in text and 'CPU X, 1 thread' in text and 'trained note' in text and 'models note' in text
     assert text.count('\n| model |') == 2 and text.count('| 1.5× (240×144) |') == 1
+
+
+def test_latency_times_the_reference_side_on_the_reference_backend_and_the_others_as_they_run():
+    """The three sides take turns on the same input; only the reference side switches the backend."""
+    from projects.lisa.models.attention.ops.backend import current_backend
+
+    seen = []
+
+    class Module(torch.nn.Module):
+        def forward(self, x):
+            seen.append((current_backend(), torch.is_grad_enabled()))
+            return x
+
+    class Session:
+        def __init__(self):
+            self.feeds = []
+
+        def get_inputs(self):
+            return [type('Input', (), {'name': 'input'})()]
+
+        def run(self, names, feed):
+            self.feeds.append(feed)
+
+    session, x = Session(), torch.arange(6.).view(1, 6)
+    times = deploy_benchmark.latency(Module(), session, (x, ), warmup=1, repeats=3, budget_s=60)
+    assert set(times) == set(deploy_benchmark.SIDES) and all(set(t) == {'cpu', 'wall'} for t in times.values())
+    assert seen == [('auto', False), ('reference', False)] * 4 and len(session.feeds) == 4
+    assert all((f['input'] == x.numpy()).all() for f in session.feeds)
+    assert set(deploy_benchmark.timing_row(times)) == {f'{s}_{c}_ms' for s in deploy_benchmark.SIDES
+                                                        for c in ('cpu', 'wall')}
 
 
 def test_failures_name_each_broken_bound():

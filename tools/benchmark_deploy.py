@@ -147,8 +147,12 @@ def main(argv=None) -> int:
     (sh, sw), (dh, dw) = args.seg_size, args.det_size
     models_note = (
         f'Full widths, **random weights** (seed {args.seed}). Latency: eager is the exported module itself '
-        '(`SegmentorLogits`, `MaskRCNNDetections`) under `torch.no_grad`, onnxruntime the exported file on the same '
-        f'input, taking turns run by run; median of up to {args.repeats} runs after {args.warmup} warm-up, a side '
+        '(`SegmentorLogits`, `MaskRCNNDetections`) under `torch.no_grad` as it runs by default (LiSA and FLatten on '
+        "the compiled CPU kernels where built), *eager, reference ops* the same module on the `'reference'` backend "
+        '(the plain tensor operations that the export traces, so the graph computes them: onnxruntime over '
+        'these is its own cost, the rest of its gap to eager is the kernels the graph lacks), onnxruntime the '
+        'exported file on the same input; the three take turns run by run; '
+        f'median of up to {args.repeats} runs after {args.warmup} warm-up, a side '
         f'stopping once its runs took {args.budget:g} s; CPU is the process CPU time, wall the elapsed time. '
         f"Segmentors: a random normalised {sh}×{sw} batch of 1 to the decode head's logits; relative error "
         '`max |onnx - eager| / max |eager|` at two sizes (above 1e-4 fails, as in tools/export_onnx.py). '

@@ -6,8 +6,10 @@
   boxes, scores and pasted masks, box and mask AP).
 * **The paper's dense models** (:func:`measure_model`, :data:`MODELS`) at full widths with random
   weights: export time, file size, latency of eager (the exported module itself, under
-  ``torch.no_grad``) and of onnxruntime on the same input with the same thread count, the two
-  taking turns run by run (:func:`.benchmark.median_times`), and how far the two agree:
+  ``torch.no_grad``), of eager on the reference ops (what the export traces: where onnxruntime
+  trails eager, this tells the missing CPU kernels from onnxruntime's own cost) and of
+  onnxruntime on the same input with the same thread count, the three taking turns run by run
+  (:func:`.benchmark.median_times`), and how far eager and onnxruntime agree:
   segmentors by :func:`projects.lisa.deploy.relative_errors` at two sizes, detectors by
   :func:`~projects.lisa.deploy.agreement.compare` on generated COCO images. Random weights detect
   nothing above the score threshold, so each detector is first made confident in the generated
@@ -47,6 +49,8 @@ MODELS = {
 }
 
 MB = 1e6
+#: The timed sides of :func:`latency`.
+SIDES = ('eager', 'reference', 'onnxruntime')
 
 
 def key(name: str) -> str:
@@ -71,22 +75,29 @@ def timed_export(wrapped, shape: Sequence[int], path: Path, opset: int, metadata
 
 def latency(wrapped, session, inputs: Sequence[torch.Tensor], warmup: int, repeats: int,
             budget_s: float) -> dict[str, dict[str, float]]:
-    """Median seconds (``wall``, process ``cpu``) of eager ``wrapped(*inputs)`` and of
-    onnxruntime's ``session`` on the same inputs, taking turns: ``{'eager': ..., 'onnxruntime': ...}``."""
+    """Median seconds (``wall``, process ``cpu``) of :data:`SIDES` on the same inputs, taking turns:
+    eager ``wrapped(*inputs)`` as it runs (the fastest backend, the CPU kernels where built), eager on
+    the ``'reference'`` backend (the tensor operations the export traces), and onnxruntime's
+    ``session``: ``{'eager': ..., 'reference': ..., 'onnxruntime': ...}``."""
+    from projects.lisa.models.attention.ops.backend import use_backend
+
     feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
 
     def eager() -> None:
         with torch.no_grad():
             wrapped(*inputs)
 
-    return median_times({'eager': eager, 'onnxruntime': lambda: session.run(None, feed)}, torch.device('cpu'),
-                        warmup, repeats, budget_s)
+    def reference() -> None:
+        with torch.no_grad(), use_backend('reference'):
+            wrapped(*inputs)
+
+    return median_times({'eager': eager, 'reference': reference, 'onnxruntime': lambda: session.run(None, feed)},
+                        torch.device('cpu'), warmup, repeats, budget_s)
 
 
 def timing_row(times: dict[str, dict[str, float]]) -> dict[str, float]:
     """Milliseconds of :func:`latency` as flat row fields."""
-    return {f'{side}_{clock}_ms': times[side][clock] * 1e3 for side in ('eager', 'onnxruntime')
-            for clock in ('cpu', 'wall')}
+    return {f'{side}_{clock}_ms': times[side][clock] * 1e3 for side in SIDES for clock in ('cpu', 'wall')}
 
 
 def measure_model(name: str, configs: Path, work: Path, threads: int, seg_size: Sequence[int],
@@ -177,8 +188,20 @@ def ms(row: dict, side: str) -> str:
     return f"{row[f'{side}_cpu_ms']:.0f} / {row[f'{side}_wall_ms']:.0f}"
 
 
-def ratio(row: dict) -> str:
-    return ' / '.join(f"{row[f'onnxruntime_{c}_ms'] / row[f'eager_{c}_ms']:.2f}x" for c in ('cpu', 'wall'))
+def ratio(row: dict, over: str = 'eager') -> str:
+    return ' / '.join(f"{row[f'onnxruntime_{c}_ms'] / row[f'{over}_{c}_ms']:.2f}x" for c in ('cpu', 'wall'))
+
+
+#: The latency columns of both model tables (:func:`latency_cells`).
+LATENCY_HEADER = ('eager ms {h}×{w} (CPU / wall) | eager, reference ops ms (CPU / wall) '
+                  '| onnxruntime ms (CPU / wall) | onnxruntime / eager (CPU / wall) '
+                  '| onnxruntime / reference ops (CPU / wall)')
+
+
+def latency_cells(row: dict) -> str:
+    """The cells under :data:`LATENCY_HEADER`: the three sides' times, onnxruntime's over two of them."""
+    return ' | '.join([ms(row, 'eager'), ms(row, 'reference'), ms(row, 'onnxruntime'), ratio(row),
+                       ratio(row, 'reference')])
 
 
 def verdict(failures: Sequence[str]) -> str:
@@ -207,12 +230,11 @@ def segmentor_table(rows: Sequence[dict]) -> str:
         return ''
     sizes = ' / '.join(f'{h}×{w}' for (h, w), _ in rows[0]['errors'])
     h, w = rows[0]['size']
-    lines = [f'| model | export s | file MB | eager ms {h}×{w} (CPU / wall) | onnxruntime ms (CPU / wall) '
-             f'| onnxruntime / eager (CPU / wall) | relative error {sizes} |', '|---|---|---|---|---|---|---|']
+    lines = [f'| model | export s | file MB | {LATENCY_HEADER.format(h=h, w=w)} | relative error {sizes} |',
+             '|---|---|---|---|---|---|---|---|---|']
     for r in rows:
         errors = ' / '.join(f'{e:.1e}' for _, e in r['errors'])
-        lines.append(f"| {r['model']} | {r['export_s']:.0f} | {r['file_mb']:.1f} | {ms(r, 'eager')} | "
-                     f"{ms(r, 'onnxruntime')} | {ratio(r)} | {errors} |")
+        lines.append(f"| {r['model']} | {r['export_s']:.0f} | {r['file_mb']:.1f} | {latency_cells(r)} | {errors} |")
     return '\n'.join(lines)
 
 
@@ -222,14 +244,13 @@ def detector_table(rows: Sequence[dict]) -> str:
     if not rows:
         return ''
     h, w = rows[0]['size']
-    lines = [f'| model | export s | file MB | eager ms {h}×{w} (CPU / wall) | onnxruntime ms (CPU / wall) '
-             '| onnxruntime / eager (CPU / wall) | K eager / onnxruntime | images | detections eager / onnxruntime '
-             '| min box IoU | max score diff | min mask IoU | within bounds |',
-             '|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+    lines = [f'| model | export s | file MB | {LATENCY_HEADER.format(h=h, w=w)} | K eager / onnxruntime | images '
+             '| detections eager / onnxruntime | min box IoU | max score diff | min mask IoU | within bounds |',
+             '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
     for r in rows:
         a = r['agreement']
-        lines.append(f"| {r['model']} | {r['export_s']:.0f} | {r['file_mb']:.1f} | {ms(r, 'eager')} | "
-                     f"{ms(r, 'onnxruntime')} | {ratio(r)} | {r['k'][0]} / {r['k'][1]} | {a['images']} | "
+        lines.append(f"| {r['model']} | {r['export_s']:.0f} | {r['file_mb']:.1f} | {latency_cells(r)} | "
+                     f"{r['k'][0]} / {r['k'][1]} | {a['images']} | "
                      f"{a['eager']} / {a['onnx']} | {a['min_iou']:.4f} | {a['max_score_diff']:.1e} | "
                      f"{a['min_mask_iou']:.4f} | {verdict(a['failures'])} |")
     return '\n'.join(lines)
