@@ -34,8 +34,9 @@ docs: install
 	$(PY) tools/collect_results.py work_dirs/demo --found-only --markdown docs/results.md
 	$(PY) tools/benchmark_deploy.py --threads 1 --markdown docs/deploy.md
 
-# The long-range probe (docs/long_range.md): the six main attentions x 3 seeds x 2 difficulties, two runs
-# at a time (the sweep's wall time is in the document; `--setting full` is the GPU-sized sweep).
+# The long-range probe (docs/long_range.md): per task, each attention's lr chosen on development draws, then
+# paired runs on fresh draws (the controls 3, the comparisons 8), two runs at a time. Hours on 2 cores (the
+# document states the wall time); rows are kept as runs end, so a stopped sweep resumes where it was.
 .PHONY: long-range
 long-range: install
-	$(PY) tools/long_range.py --setting quick --threads 1 --jobs 2
+	$(PY) tools/long_range.py --setting make --threads 1 --jobs 2

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from collections import deque
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 from PIL import Image
 from scipy import ndimage
 
+from projects.lisa.analysis import long_range as report
 from projects.lisa.synthetic.long_range import (
     CUE_RING,
     IGNORE,
@@ -174,99 +173,140 @@ def test_metric_bins_by_distance_and_hops():
     assert got == {(1, 0): (1, 1), (1, 1): (0, 1), (2, 2): (1, 1), (2, 0): (0, 1)}
 
 
-def rows_of(acc: dict, seconds: float = 10.0) -> list[dict]:
-    """Rows of the tool: ``acc[(attention, seed, hops, lo)] = correct of 100`` pixels."""
-    return [dict(attention=a, difficulty='d', seed=s, hops=h, lo=lo, hi=lo + 32, correct=c, total=100,
-                 iters=2000, seconds=seconds, s_per_iter=0.1) for (a, s, h, lo), c in acc.items()]
+def rows(attention: str, accuracies: dict[int, tuple[int, int]], *, task: str = 'lookup-hops2', layers: int = 1,
+         iters: int = 2000, phase: str = 'test', lr: float = 2e-3, hops: int = 2) -> list[dict]:
+    """Rows of the tool: ``accuracies[run] = (near, far)`` pixels right of 100 in each bin."""
+    return [dict(task=task, phase=phase, attention=attention, layers=layers, lr=lr, run=run, iters=iters, hops=hops,
+                 lo=lo, hi=hi, correct=c, total=100, seconds=10.0, s_per_iter=0.1, params=1000)
+            for run, pair in accuracies.items() for (lo, hi), c in zip(((0, 6), (48, 100)), pair)]
 
 
-def test_tool_markdown_from_stored_rows(tmp_path):
-    acc = {}
-    for s, (near, far) in enumerate([(98, 92), (96, 94), (97, 96)]):
-        acc.update({('softmax', s, 1, 0): near, ('softmax', s, 1, 64): far})
-    for s, far in enumerate([50, 52, 54]):
-        acc.update({('lisa-local', s, 1, 0): 97, ('lisa-local', s, 1, 64): far})
-    text = tool.markdown(rows_of(acc))
-    # softmax far bin: 92, 94, 96 -> 94 ± 2; all distances per seed 95, 95, 96.5 -> 95.5 ± sqrt(0.75)
-    assert '| softmax (global) | 97.0 ± 1.0 | 94.0 ± 2.0 | 95.5 ± 0.9 |' in text
-    assert '| LiSA local-only | 97.0 ± 0.0 | 52.0 ± 2.0 | 74.5 ± 1.0 |' in text
-    assert 'softmax, hop 1, distance >= 48 px: 94.0 % (passes' in text
-    assert 'LiSA local-only, hop 1: far 52.0 %' in text and 'vs softmax 97.0 % (passes' in text
-    acc[('lisa-local', 0, 1, 64)] = 90
-    failing = tool.markdown(rows_of(acc))  # far (90 + 52 + 54) / 3 = 65.3 > chance + 10
-    assert 'LiSA local-only, hop 1: far 65.3 %' in failing and 'FAILS' in failing
-    stored = tmp_path / 'rows.json'
-    stored.write_text(json.dumps(rows_of(acc)))
-    tool.main(['--from-rows', str(stored), '--markdown', str(tmp_path / 'lr.md')])
-    assert (tmp_path / 'lr.png').stat().st_size > 0
-    assert (tmp_path / 'lr.md').read_text().startswith(tool.markdown(rows_of(acc)))
-    assert '1x1 head, 2000 iterations)' in text
+def test_report_gives_each_variant_its_interval_and_solved_share_and_pairs_by_run():
+    soft = rows('softmax', {0: (90, 90), 1: (80, 80), 2: (100, 100)})
+    lisa = rows('lisa', {0: (100, 100), 1: (96, 96), 2: (100, 100), 3: (100, 100)})
+    text = '\n'.join(report.task_section('lookup-hops2', soft + lisa, chance=50.0))
+    # softmax runs 90, 80, 100: mean 90, s = 10, half width 4.303 * 10 / sqrt(3) = 24.84
+    assert '| softmax | 1.0 k | 0.002 | 2000 | 3 | 90.0 [65.2, 114.8] | 1/3 | 90.0 [65.2, 114.8] | 0.100 |' in text
+    assert '| LiSA T=3 | 1.0 k | 0.002 | 2000 | 4 |' in text and '| 4/4 |' in text
+    # paired over runs 0-2 only: differences 10, 16, 0 -> 8.7, s = 8.08, half width 20.08
+    assert '| LiSA T=3 − softmax | +8.7 [-11.4, +28.7] | 3 | no difference found |' in text
+
+
+def test_findings_state_only_the_differences_whose_interval_excludes_zero():
+    lisa = rows('lisa', {r: (a, a) for r, a in enumerate([100, 100, 100, 99])})
+    flat = rows('flatten', {r: (a, a) for r, a in enumerate([90, 92, 91, 90])})
+    soft = rows('softmax', {r: (a, a) for r, a in enumerate([100, 80, 99, 90])})
+    lines = report.findings({'lookup-hops2': lisa + flat + soft})
+    assert lines[0] == ('- lookup-hops2: LiSA T=3 ahead of FLatten: LiSA T=3 − FLatten = +9.0 [+7.7, +10.3] points '
+                        '(4 paired runs)')
+    assert len(lines) == 2 and 'No difference found in 1 other' in lines[1] and 'LiSA T=3 and softmax' in lines[1]
+    assert report.findings({'t': soft}) == ['- No comparison separates two attentions.']
+    table = '\n'.join(report.task_section('lookup-hops2', lisa + flat, 50.0))
+    assert '| LiSA T=3 − FLatten | **+9.0 [+7.7, +10.3]** | 4 | differ |' in table
+
+
+def test_budgets_and_depths_are_compared_within_a_variant():
+    short = rows('softmax', {0: (80, 80), 1: (82, 82), 2: (81, 81)})
+    longer = rows('softmax', {0: (99, 99), 1: (100, 100), 2: (98, 98)}, iters=4000)
+    deep = rows('softmax', {0: (90, 90), 1: (91, 91), 2: (92, 92)}, layers=2)
+    found = {(c.first, c.second): c.difference for c in report.comparisons(short + longer + deep)}
+    two, one = report.Variant('softmax', 2, 2000), report.Variant('softmax', 1, 2000)
+    assert found[(two, one)].mean == pytest.approx(10.0)
+    assert found[(report.Variant('softmax', 1, 4000), one)].mean == pytest.approx(18.0)
+    assert two.label() == 'softmax, 2 layers'
+
+
+def test_learning_rate_choice_takes_the_best_mean_and_the_smallest_of_equals():
+    select = (rows('lisa', {900: (80, 80), 901: (90, 90)}, phase='select', lr=1e-3)
+              + rows('lisa', {900: (85, 85), 901: (85, 85)}, phase='select', lr=2e-3)
+              + rows('lisa', {900: (95, 95), 901: (70, 70)}, phase='select', lr=4e-3))
+    best, means = report.chosen_lr(select)
+    assert best == 1e-3 and means[4e-3].mean == 82.5
+    text = '\n'.join(report.task_section('lookup-hops2', select + rows('lisa', {0: (90, 90)}, lr=1e-3), 50.0))
+    assert '| LiSA T=3 | 0.001: 85.0, 0.002: 85.0, 0.004: 82.5 | 0.001 |' in text
 
 
 def test_window_control_compares_the_nearest_bin_with_the_window_border_ceiling():
     # 16 tokens, windows of 7 from the top left: of the 15 neighbour pairs along a row, (6, 7) and
     # (13, 14) straddle a border; there the model is at chance: 13/15 + 2/15 * 1/2 = 93.3 %
-    assert tool.window_ceiling() == pytest.approx(100 * (13 / 15 + 1 / 15))
-    acc = {('softmax', 0, 1, 0): 100, ('softmax', 0, 1, 64): 100, ('window', 0, 1, 0): 93, ('window', 0, 1, 64): 50}
-    text = '\n'.join(tool.controls(rows_of(acc)))
+    ceiling = report.window_ceiling(16, 7, 50.0)
+    assert ceiling == pytest.approx(100 * (13 / 15 + 1 / 15))
+    one_hop = rows('softmax', {0: (100, 100)}, hops=1) + rows('window', {0: (93, 50)}, hops=1)
+    text = '\n'.join(report.controls(one_hop, 50.0, ceiling))
+    assert 'softmax, hop 1, distance >= 48 px: 100.0 % (passes' in text
     assert 'window 7x7 (Swin), hop 1: far 50.0 %' in text
-    assert 'nearest bin 0-32 px 93.0 % vs its ceiling (window borders) 93.3 % (passes' in text
-    acc[('window', 0, 1, 0)] = 80
-    assert 'FAILS' in '\n'.join(tool.controls(rows_of(acc)))
+    assert 'nearest bin 0-6 px 93.0 % vs its ceiling (window borders) 93.3 % (passes' in text
+    failing = rows('softmax', {0: (100, 100)}, hops=1) + rows('lisa-local', {0: (97, 65)}, hops=1)
+    assert 'FAILS' in '\n'.join(report.controls(failing, 50.0, ceiling))
 
 
-def test_document_merges_the_rows_of_several_sweeps(tmp_path):
-    first, second = tmp_path / 'a.json', tmp_path / 'b.json'
-    first.write_text(json.dumps(rows_of({('softmax', 0, 1, 0): 90})))
-    later = rows_of({('lisa-t1', 0, 1, 0): 70})
-    for r in later:
-        r['iters'] = 1000
-    second.write_text(json.dumps(later))
-    tool.main(['--from-rows', str(first), str(second), '--markdown', str(tmp_path / 'lr.md')])
-    text = (tmp_path / 'lr.md').read_text()
-    assert '| softmax (global) | 90.0 | 90.0 |' in text and '| LiSA T=1 | 70.0 | 70.0 |' in text
-    assert '1000-2000 iterations' in text and '| LiSA T=1 | 1000 |' in text
+def test_run_config_swaps_the_attention_layers_and_lr_of_the_task_config(tmp_path):
+    from mmengine.config import Config
+    for task, attention, want in (('lookup-hops2', 'lisa-t2', dict(type='lisa', num_steps=2)),
+                                  ('pathfinder-cls', 'window', dict(type='window', window_size=7))):
+        item = dict(task=task, attention=attention, layers=2, lr=4e-3)
+        (tmp_path / task).mkdir()
+        cfg = Config.fromfile(tool.write_config(item, tmp_path / task))
+        assert cfg.model.backbone.attn_cfgs.to_dict() == want
+        assert cfg.model.backbone.arch.num_layers == 2 and cfg.model.backbone.arch.embed_dims == 64
+        assert cfg.optim_wrapper.optimizer.lr == 4e-3
 
 
-def test_sweep_runs_every_attention_difficulty_and_seed_jobs_at_a_time(tmp_path, monkeypatch):
-    """The sweep's grid, its concurrency and the document's note, with the training replaced by a
-    recorder (the real run_one is the 2-iteration test below)."""
+def test_sweep_chooses_the_lr_then_runs_paired_draws_and_resumes(tmp_path, monkeypatch):
+    """The sweep's plan, its concurrency, the lr choice and resumption, with the training replaced by
+    a recorder (the real run_one is the slow test below)."""
     import threading
     import time
     live, peak, calls = [0], [0], []
     lock = threading.Lock()
 
-    def fake_run(attention, difficulty, data_root, seed, work_dir, threads, max_iters):
+    def fake_run(item, data, work_dir, threads):
         with lock:
             live[0] += 1
             peak[0] = max(peak[0], live[0])
-            calls.append((attention, difficulty, seed))
+            calls.append((item['attention'], item['phase'], item['lr'], item['run'], data))
         time.sleep(0.05)
         with lock:
             live[0] -= 1
-        return rows_of({(attention, seed, int(difficulty[-1]), 0): 50})
+        acc = 60 + int(item['lr'] * 5000) if item['attention'] == 'lisa' else 70  # lisa: the larger lr, better
+        return rows(item['attention'], {item['run']: (acc, acc)}, phase=item['phase'], lr=item['lr'],
+                    iters=item['iters'])
 
     monkeypatch.setattr(tool, 'run_one', fake_run)
     monkeypatch.setitem(tool.SETTINGS, 'quick', {**tool.SETTINGS['quick'], 'num_train': 2, 'num_val': 1})
-    tool.main(['--attentions', 'softmax', 'lisa', '--seeds', '0', '1', '--jobs', '2', '--data-root',
-               str(tmp_path / 'data'), '--work-dir', str(tmp_path / 'wd'), '--markdown', str(tmp_path / 'lr.md')])
-    assert sorted(calls) == sorted((a, d, s) for a in ('softmax', 'lisa') for d in ('hops1', 'hops2') for s in (0, 1))
+    common = ['--setting', 'quick', '--tasks', 'lookup-hops2', '--attentions', 'softmax', 'lisa', '--lrs', '1e-3',
+              '4e-3', '--select-runs', '2', '--jobs', '2', '--data-root', str(tmp_path / 'data'), '--work-dir',
+              str(tmp_path / 'wd'), '--markdown', str(tmp_path / 'lr.md')]
+    tool.main([*common, '--runs', '2'])
+    select = sorted(c[:4] for c in calls if c[1] == 'select')
+    assert select == sorted((a, 'select', lr, r) for a in ('softmax', 'lisa') for lr in (1e-3, 4e-3)
+                            for r in (900, 901))
+    test = sorted(c[:4] for c in calls if c[1] == 'test')
+    assert test == [('lisa', 'test', 4e-3, 1000), ('lisa', 'test', 4e-3, 1001),
+                    ('softmax', 'test', 1e-3, 1000), ('softmax', 'test', 1e-3, 1001)]
     assert peak[0] == 2
-    assert len(json.loads((tmp_path / 'wd' / 'rows.json').read_text())) == 8
-    assert 'Sweep: 8 runs, 2 at a time, 1 thread(s) each' in (tmp_path / 'lr.md').read_text()
-    for split in ('train', 'val'):  # each difficulty's data: fixed hop count
-        for h in (1, 2):
-            probe = np.load(tmp_path / 'data' / f'lookup_hops{h}' / 'probe' / split / '000000.npy')
-            assert set(np.unique(probe[1])) == {0, h}
+    draws = {(c[3], c[4]) for c in calls}  # one draw per run, shared by every attention and lr
+    assert draws == {(r, tmp_path / 'data' / 'lookup-hops2' / f'draw{r}') for r in (900, 901, 1000, 1001)}
+    probe = np.load(tmp_path / 'data' / 'lookup-hops2' / 'draw1001' / 'probe' / 'train' / '000000.npy')
+    want = lookup_scene(rng_for(1001, 'lookup', 'train', 0), size=64, hops=(2, 2))[2]
+    np.testing.assert_array_equal(probe, want)
+    text = (tmp_path / 'lr.md').read_text()
+    assert '| LiSA T=3 − softmax | **+10.0 [+10.0, +10.0]** | 2 | differ |' in text  # 80 vs 70 in both runs
     calls.clear()
-    tool.main(['--attentions', 'lisa-t1', '--difficulties', 'hops2', '--seeds', '0', '--data-root',
-               str(tmp_path / 'data2'), '--work-dir', str(tmp_path / 'wd2'), '--markdown', str(tmp_path / 'lr2.md')])
-    assert calls == [('lisa-t1', 'hops2', 0)] and not (tmp_path / 'data2' / 'lookup_hops1').exists()
+    tool.main([*common, '--runs', '3'])  # resumes: only run 1002 is new
+    assert sorted(c[:4] for c in calls) == [('lisa', 'test', 4e-3, 1002), ('softmax', 'test', 1e-3, 1002)]
+    stored = tool.read_rows([tmp_path / 'wd' / 'rows.jsonl'])
+    assert len(stored) == 2 * (2 * 2 * 2 + 3 * 2)
+    tool.main(['--from-rows', str(tmp_path / 'wd' / 'rows.jsonl'), '--markdown', str(tmp_path / 'again.md')])
+    assert (tmp_path / 'again.png').stat().st_size > 0 and '## Findings' in (tmp_path / 'again.md').read_text()
 
 
 @pytest.mark.parametrize('argv, message', [
-    (['--jobs', '0'], '--jobs 0'),
-    (['--difficulties', 'hops1', 'hops3'], '--difficulties hops3: the quick setting has hops1 hops2'),
+    (['--jobs', '0'], '--jobs 0: must be >= 1'),
+    (['--layers', '1', '0'], '--layers 0: must be >= 1'),
+    (['--lrs', '1e-3', '0'], '--lrs 0.001 0.0: learning rates must be > 0'),
+    (['--lrs', '1e-3', '2e-3', '--select-runs', '0'], '--select-runs 0: choosing among several --lrs'),
+    (['--setting', 'quick', '--tasks', 'pathfinder-cls'], '--tasks pathfinder-cls: the quick setting has'),
     (['--from-rows', 'missing.json'], '--from-rows missing.json: no such file')])
 def test_sweep_arguments_are_checked(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -275,29 +315,21 @@ def test_sweep_arguments_are_checked(argv, message, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('task, config', [
-    ('lookup', 'configs/long_range/lookup_vit-1l_lisa_64px.py'),
-    ('pathfinder_cls', 'configs/long_range/pathfinder-cls_vit-1l_lisa_64px.py')])
-def test_two_iteration_train_through_tools_train(tmp_path, task, config):
+@pytest.mark.parametrize('task, attention', [('lookup-hops2', 'lisa-t2'), ('pathfinder-cls', 'lisa')])
+def test_short_run_through_tools_train(tmp_path, task, attention):
     """Only an end-to-end run catches a config that mmseg / mmpretrain cannot build or feed
     (dataset formats, the registered metric reading the side-cars, the evaluator's output)."""
-    params = dict(hops=(1, 2)) if task == 'lookup' else dict(size=64)
-    root = write_probe(task, tmp_path / task, 4, 4, **params)
-    out = tmp_path / 'counts.json'
-    options = [f'train_dataloader.dataset.data_root={root}', f'val_dataloader.dataset.data_root={root}',
-               'train_cfg.max_iters=2', 'train_cfg.val_interval=2', 'train_dataloader.batch_size=2']
-    if task == 'lookup':
-        options.append(f'val_evaluator.out_file={out}')
-    done = subprocess.run([sys.executable, 'tools/train.py', config, '--work-dir', str(tmp_path / 'run'),
-                           '--cfg-options', *options], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    if task == 'lookup':
-        rows = json.loads(out.read_text())
+    data = tool.data_for(task, 7, tmp_path / 'data', 4, 4)
+    item = dict(task=task, phase='test', attention=attention, layers=2, lr=1e-3, run=7, iters=60)  # > warm-up
+    got = tool.run_one(item, data, tmp_path / 'wd', threads=1)
+    assert {(r['task'], r['attention'], r['layers'], r['run'], r['iters']) for r in got} == {(task, attention, 2, 7, 60)}
+    assert got[0]['params'] > 0 and got[0]['seconds'] > 0
+    if task == 'lookup-hops2':
         labelled = sum(int((np.asarray(Image.open(p)) != IGNORE).sum())
-                       for p in (root / 'ann_dir' / 'val').glob('*.png'))
-        assert sum(r['total'] for r in rows) == labelled
+                       for p in (data / 'ann_dir' / 'val').glob('*.png'))
+        assert sum(r['total'] for r in got) == labelled
     else:
-        assert 'accuracy/top1' in done.stdout + done.stderr
+        assert [r['total'] for r in got] == [4]
 
 
 def test_visualize_walk_queries_the_farthest_shape_of_a_probe_image(tmp_path):

@@ -1,327 +1,255 @@
-"""How far does an attention carry information? The long-range probe sweep.
+"""Does an attention carry information farther than one hop? The long-range probe sweep.
 
-    python tools/long_range.py [--setting quick|full] [--attentions NAME ...] [--seeds 0 1 2]
-        [--threads 1] [--jobs 2] [--work-dir work_dirs/long_range] [--markdown docs/long_range.md]
-    python tools/long_range.py --from-rows work_dirs/long_range/rows.json --markdown docs/long_range.md
+    python tools/long_range.py [--setting make|quick] [--tasks NAME ...] [--attentions NAME ...]
+        [--layers 1 2] [--runs 8] [--lrs 1e-3 2e-3 4e-3] [--jobs 2] [--threads 1]
+    python tools/long_range.py --from-rows work_dirs/long_range/rows.jsonl --markdown docs/long_range.md
 
-Writes the lookup probe (``projects/lisa/synthetic/long_range.py``) of each difficulty under
-``data/long_range/``, trains ``configs/long_range/lookup_vit-1l_<attention>_64px.py`` for each
-attention, difficulty and seed with ``tools/train.py`` (one process each, ``--threads``
-threads, ``--jobs`` at a time), and reads the validation's pixel accuracy per distance bin and hop count
-(:class:`~projects.lisa.synthetic.long_range_metric.LongRangeAccuracy`). The rows
-(``<work-dir>/rows.json``) give the markdown: accuracy per distance bin and per hop count,
-mean ± sample std over the seeds, the controls (softmax must solve the far bin, a local
-model must not) and the training cost per attention; the plot goes beside the markdown
-(``.png``).
-
-Settings: ``quick`` is the six main attentions x 3 seeds at two difficulties: 1 hop (the
-controls: global attention must solve the far bin, local attention must not) and 2 hops (where
-a walk of T >= 2 steps can follow the chain in one layer); ``full`` adds LiSA global-only and
-T in {1, 5, inf} and 3 and 4 hops (sized for a GPU). A run is the configs' 2000 iterations,
-two to four minutes on one CPU thread (docs/long_range.md states each sweep's wall time).
+Protocol (``projects/lisa/analysis/long_range.py`` reports it). Run ``r`` trains with seed ``r`` on
+data the generator draws with seed ``r`` (``projects/lisa/synthetic/long_range.py``), the same
+draws for every attention, so that comparisons are paired by run. Each attention's learning rate
+is chosen per task among ``--lrs`` by the mean accuracy of ``--select-runs`` runs on development
+draws (runs 900, 901, ...; their held-out images) at the config's budget; the reported ``--runs``
+runs use other draws (runs ``--first-run``, ...) and report accuracy on their held-out images, which
+no choice saw (``--max-iters`` trains them longer with the same lr: does the budget change the ranking?).
+Each run is ``tools/train.py`` on the task's config with the attention's ``attn_cfgs`` (taken from
+``configs/long_range/lookup_vit-1l_<attention>_64px.py``), ``--layers`` layers and the chosen lr,
+one process with ``--threads`` threads, ``--jobs`` at a time. Rows go to ``<work-dir>/rows.jsonl``
+as runs finish; a second call skips the runs already there, so a sweep resumes where it stopped.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import statistics
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mmengine.config import Config
 
-from projects.lisa.synthetic.long_range import write_probe
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-CONFIG = 'configs/long_range/lookup_vit-1l_{}_64px.py'
-MAIN = ('softmax', 'window', 'flatten', 'linear', 'lisa-local', 'lisa')
-ALL = (*MAIN, 'lisa-global', 'lisa-t1', 'lisa-t5', 'lisa-tinf')
-LOCAL = ('window', 'lisa-local')
-"""Attentions whose receptive field in the one layer is small: LiSA local-only 2 tokens (11 px: 3x3
-attention and 5x5 depthwise conv), window 7x7 at most 6 tokens per axis (34 px, inside its window)."""
-LABELS = {'softmax': 'softmax (global)', 'window': 'window 7x7 (Swin)', 'flatten': 'FLatten', 'linear': 'linear',
-          'lisa-local': 'LiSA local-only', 'lisa': 'LiSA T=3', 'lisa-global': 'LiSA global-only T=3',
-          'lisa-t1': 'LiSA T=1', 'lisa-t5': 'LiSA T=5', 'lisa-tinf': 'LiSA T=inf'}
-SETTINGS = {
-    'quick': dict(attentions=MAIN, num_train=2000, num_val=200, difficulties={
-        f'hops{h}': dict(size=64, hops=(h, h)) for h in (1, 2)}),
-    'full': dict(attentions=ALL, num_train=8000, num_val=400, difficulties={
-        f'hops{h}': dict(size=64, hops=(h, h)) for h in (1, 2, 3, 4)}),
+from projects.lisa.analysis import long_range as report  # noqa: E402
+from projects.lisa.synthetic.long_range import write_probe  # noqa: E402
+from tools.report_seeds import run_metric  # noqa: E402
+
+ATTENTION_CONFIG = 'configs/long_range/lookup_vit-1l_{}_64px.py'
+ATTENTIONS = tuple(report.LABELS)
+COMPARED = ('softmax', 'flatten', 'lisa', 'lisa-t2', 'lisa-global')
+TASKS = {  # generator, its parameters, the task's config, chance (%)
+    'lookup-hops1': ('lookup', dict(size=64, hops=(1, 1)), 'configs/long_range/lookup_vit-1l_softmax_64px.py', 50.0),
+    'lookup-hops2': ('lookup', dict(size=64, hops=(2, 2)), 'configs/long_range/lookup_vit-1l_softmax_64px.py', 50.0),
+    'pathfinder-seg': ('pathfinder_seg', dict(size=64), 'configs/long_range/pathfinder-seg_vit-1l_lisa_64px.py', 50.0),
+    'pathfinder-cls': ('pathfinder_cls', dict(size=64), 'configs/long_range/pathfinder-cls_vit-1l_lisa_64px.py', 50.0),
 }
-PATHFINDER = {'pathfinder_seg': dict(size=64), 'pathfinder_cls': dict(size=64)}
-CHANCE = 50.0
-FAR_MIN = 48  # px: the far bin's lower edge (12 tokens), beyond the local models' receptive fields
+SETTINGS = {  # task: (attentions, layers, reported runs); lrs, development runs per lr, images per draw
+    'make': dict(tasks={'lookup-hops1': (('softmax', 'window', 'lisa-local'), (1,), 3),  # the controls
+                        **{t: (COMPARED, (1, 2), 8) for t in TASKS if t != 'lookup-hops1'}},
+                 lrs=(1e-3, 2e-3, 4e-3), select_runs=2, num_train=2000, num_val=200),
+    'quick': dict(tasks={'lookup-hops1': (('softmax', 'lisa-local'), (1,), 2),
+                         'lookup-hops2': (('lisa', 'lisa-t2'), (1,), 2)},
+                  lrs=(2e-3,), select_runs=0, num_train=200, num_val=50),
+}
+DEV_RUN = 900
+LOCK = threading.Lock()
 
 
-def run_one(attention: str, difficulty: str, data_root: Path, seed: int, work_dir: Path, threads: int,
-            max_iters: int | None) -> list[dict]:
-    """Train one config with tools/train.py; return its rows (one per hop count and distance bin)."""
-    run_dir = work_dir / difficulty / attention / f'seed{seed}'
-    counts = run_dir / 'long_range.json'
-    options = [f'randomness.seed={seed}', f'train_dataloader.dataset.data_root={data_root}',
-               f'val_dataloader.dataset.data_root={data_root}', f'val_evaluator.out_file={counts}']
-    if max_iters:
-        options += [f'train_cfg.max_iters={max_iters}', f'train_cfg.val_interval={max_iters}',
-                    f'param_scheduler.1.end={max_iters}', f'default_hooks.checkpoint.interval={max_iters}']
-    iters = max_iters or Config.fromfile(ROOT / CONFIG.format(attention)).train_cfg.max_iters
+def data_for(task: str, run: int, data_root: Path, num_train: int, num_val: int) -> Path:
+    generator, params, _, _ = TASKS[task]
+    return write_probe(generator, data_root / task / f'draw{run}', num_train, num_val, seed=run, **params)
+
+
+def parameter_count(config: Path) -> int:
+    """Trainable parameters of the config's model (built on the CPU in the config's default scope)."""
+    from mmengine.registry import MODELS, DefaultScope
+    cfg = Config.fromfile(config)
+    with LOCK, DefaultScope.overwrite_default_scope(cfg.default_scope):
+        return sum(p.numel() for p in MODELS.build(cfg.model).parameters() if p.requires_grad)
+
+
+def write_config(item: dict, run_dir: Path) -> Path:
+    """``run_dir/config.py``: the task's config with the attention's ``attn_cfgs``, the layer count and the lr."""
+    attn = Config.fromfile(ROOT / ATTENTION_CONFIG.format(item['attention'])).model.backbone.attn_cfgs.to_dict()
+    config = run_dir / 'config.py'
+    config.write_text(f"_base_ = ['{ROOT / TASKS[item['task']][2]}']\n"
+                      f"model = dict(backbone=dict(attn_cfgs=dict(_delete_=True, **{attn!r}), "
+                      f"arch=dict(num_layers={item['layers']})))\n"
+                      f"optim_wrapper = dict(optimizer=dict(lr={item['lr']!r}))\n")
+    return config
+
+
+def run_one(item: dict, data: Path, work_dir: Path, threads: int) -> list[dict]:
+    """Train one run with tools/train.py; return its rows (one per hop count and distance bin)."""
+    task, attention, layers, lr, run, iters = (item[k] for k in ('task', 'attention', 'layers', 'lr', 'run', 'iters'))
+    run_dir = work_dir / task / f'{attention}-{layers}l' / f'lr{lr:g}-{iters}it' / f"{item['phase']}{run}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = write_config(item, run_dir)
+    counts, seg = run_dir / 'long_range.json', TASKS[task][0] != 'pathfinder_cls'
+    options = [f'randomness.seed={run}', f'train_dataloader.dataset.data_root={data}',
+               f'val_dataloader.dataset.data_root={data}', f'train_cfg.max_iters={iters}',
+               f'train_cfg.val_interval={iters}', f'param_scheduler.1.end={iters}',
+               f'default_hooks.checkpoint.interval={iters}'] + ([f'val_evaluator.out_file={counts}'] if seg else [])
     env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads)}
     start = time.perf_counter()
-    log = run_dir / 'train.log'
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with log.open('w') as out:
-        done = subprocess.run([sys.executable, 'tools/train.py', CONFIG.format(attention), '--work-dir',
-                               str(run_dir), '--cfg-options', *options], cwd=ROOT, env=env, stdout=out,
-                              stderr=subprocess.STDOUT)
+    with (run_dir / 'train.log').open('w') as out:
+        done = subprocess.run([sys.executable, 'tools/train.py', str(config), '--work-dir', str(run_dir),
+                               '--cfg-options', *options], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode or (seg and not counts.is_file()):
+        raise RuntimeError(f'{task} {attention} run {run} failed (exit {done.returncode}); see {run_dir}/train.log')
     seconds = time.perf_counter() - start
-    if done.returncode or not counts.is_file():
-        raise RuntimeError(f'{attention} seed {seed} ({difficulty}) failed (exit {done.returncode}); see {log}')
     step = [json.loads(line)['time'] for p in run_dir.glob('*/vis_data/scalars.json')
             for line in p.read_text().splitlines() if '"time"' in line and '"loss"' in line]
-    cost = dict(iters=iters, seconds=seconds, s_per_iter=statistics.fmean(step) if step else math.nan)
-    return [dict(attention=attention, difficulty=difficulty, seed=seed, **r, **cost)
-            for r in json.loads(counts.read_text())]
+    if seg:
+        cells = json.loads(counts.read_text())
+    else:  # classification: one cell, the held-out images
+        total = len(list((data / 'val').glob('*/*.png')))
+        top1 = run_metric(run_dir, 'accuracy/top1', 'last')
+        cells = [dict(hops=0, lo=0, hi=0, correct=round(top1 * total / 100), total=total)]
+    common = dict(item, seconds=seconds, s_per_iter=sum(step) / len(step) if step else float('nan'),
+                  params=parameter_count(config))
+    return [dict(common, **cell) for cell in cells]
 
 
-def accuracy(rows: list[dict], keep) -> dict[int, float]:
-    """``{seed: accuracy %}`` over the rows that ``keep`` accepts."""
-    per_seed: dict[int, list[int]] = {}
-    for r in rows:
-        if keep(r):
-            acc = per_seed.setdefault(r['seed'], [0, 0])
-            acc[0] += r['correct']
-            acc[1] += r['total']
-    return {s: 100.0 * c / n for s, (c, n) in per_seed.items() if n}
+def key(item: dict) -> tuple:
+    return tuple(item[k] for k in ('task', 'phase', 'attention', 'layers', 'lr', 'run', 'iters'))
 
 
-def mean_std(values: dict[int, float]) -> tuple[float, float]:
-    v = list(values.values())
-    return (statistics.fmean(v), statistics.stdev(v) if len(v) > 1 else math.nan) if v else (math.nan, math.nan)
+def execute(items: list[dict], rows: list[dict], rows_path: Path, args: argparse.Namespace, setting: dict) -> None:
+    """Run the items not yet in ``rows``, ``--jobs`` at a time; append each run's rows as it ends."""
+    done = {key(r) for r in rows}
+    todo = [i for i in items if key(i) not in done]
+    for i in todo:  # the draws, written once before the runs that read them start
+        i['data'] = data_for(i['task'], i['run'], args.data_root, setting['num_train'], setting['num_val'])
+
+    def one(item: dict) -> None:
+        new = run_one({k: v for k, v in item.items() if k != 'data'}, item['data'], args.work_dir, args.threads)
+        with LOCK, rows_path.open('a') as f:
+            f.writelines(json.dumps(r) + '\n' for r in new)
+            rows.extend(new)
+        print(f"{item['task']} {item['attention']} x{item['layers']} lr {item['lr']:g} {item['phase']} run "
+              f"{item['run']}: {report.per_run(new)[item['run']]:.1f} % in {new[0]['seconds']:.0f} s", flush=True)
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(one, todo))
 
 
-def cell(values: dict[int, float]) -> str:
-    m, s = mean_std(values)
-    return '–' if math.isnan(m) else (f'{m:.1f}' if math.isnan(s) else f'{m:.1f} ± {s:.1f}')
-
-
-def bins_of(rows: list[dict]) -> list[tuple[float, float]]:
-    return sorted({(r['lo'], r['hi']) for r in rows})
-
-
-def bin_name(lo: float, hi: float) -> str:
-    return f'{lo:g}-{hi:g}'
-
-
-def window_ceiling() -> float:
-    """Nearest-bin accuracy (%) of a perfect one-layer window model on the lookup.
-
-    The nearest bin holds the cue's 4 edge neighbours. A window model sees the cue from a neighbour
-    only inside one window: the ``n``-token grid is padded to windows of ``w`` tokens from the top
-    left, so of the ``n - 1`` neighbour pairs along a row (or column) ``floor((n - 1) / w)`` straddle
-    a border, where the model is at chance. With the cue placed uniformly the ceiling is
-    ``share + (1 - share) * chance``, ``share = 1 - floor((n - 1) / w) / (n - 1)``: 93.3 % for
-    16 tokens and 7x7 windows.
-    """
-    cfg = Config.fromfile(ROOT / CONFIG.format('window'))
-    tokens = cfg.img_size // cfg.model.backbone.patch_size
-    share = 1 - ((tokens - 1) // cfg.model.backbone.attn_cfgs.window_size) / (tokens - 1)
-    return 100 * share + (1 - share) * CHANCE
-
-
-def controls(rows: list[dict]) -> list[str]:
-    """The two controls on hop-1 pixels: softmax >= 90 % on the far bin; each local model near
-    chance there (<= chance + 10) and, on the nearest bin, within 5 points of softmax (LiSA
-    local-only: its 3x3 neighbourhood holds the cue's) or of its ceiling (window:
-    :func:`window_ceiling`)."""
-    near = bins_of(rows)[0]
-    one = [r for r in rows if r['hops'] == 1]
-    far = lambda r: r['lo'] >= FAR_MIN  # noqa: E731
-    def of(name, keep):
-        return mean_std(accuracy([r for r in one if r['attention'] == name], keep))[0]
-    lines = []
-    soft_far, soft_near = of('softmax', far), of('softmax', lambda r: (r['lo'], r['hi']) == near)
-    if not math.isnan(soft_far):
-        lines.append(f"- (a) softmax, hop 1, distance >= {FAR_MIN} px: {soft_far:.1f} % "
-                     f"({'passes' if soft_far >= 90 else 'FAILS'}: >= 90 % required)")
-    for name in LOCAL:
-        f, n = of(name, far), of(name, lambda r: (r['lo'], r['hi']) == near)
-        if math.isnan(f):
+def plan(args: argparse.Namespace, setting: dict, phase: str, lrs: dict | None = None) -> list[dict]:
+    items = []
+    for task, (attentions, layer_counts, runs) in setting['tasks'].items():
+        if args.tasks and task not in args.tasks:
             continue
-        target, of_what = ((window_ceiling(), 'its ceiling (window borders)') if name == 'window'
-                           else (soft_near, 'softmax'))
-        ok = f <= CHANCE + 10 and abs(n - target) <= 5
-        lines.append(f'- (b) {LABELS[name]}, hop 1: far {f:.1f} % (chance {CHANCE:.0f} %), nearest bin '
-                     f'{bin_name(*near)} px {n:.1f} % vs {of_what} {target:.1f} % '
-                     f"({'passes' if ok else 'FAILS'}: far <= {CHANCE + 10:.0f} %, near within 5 points)")
-    return lines
+        default = Config.fromfile(ROOT / TASKS[task][2]).train_cfg.max_iters  # the lr is chosen at this budget
+        for attention in args.attentions or attentions:
+            for layers in args.layers or layer_counts:
+                if phase == 'select':
+                    items += [dict(task=task, phase=phase, attention=attention, layers=layers, lr=lr,
+                                   run=DEV_RUN + i, iters=default)
+                              for lr in args.lrs or setting['lrs'] for i in range(args.select_runs)]
+                else:
+                    lr = lrs.get((task, attention, layers), (args.lrs or setting['lrs'])[0])
+                    items += [dict(task=task, phase=phase, attention=attention, layers=layers, lr=lr,
+                                   run=args.first_run + i, iters=args.max_iters or default)
+                              for i in range(args.runs or runs)]
+    return items
 
 
-def iterations(rows: list[dict]) -> str:
-    """The runs' training iterations, e.g. ``2000`` (``1000-2000`` if they differ)."""
-    lo, hi = min(r['iters'] for r in rows), max(r['iters'] for r in rows)
-    return str(lo) if lo == hi else f'{lo}-{hi}'
-
-
-def markdown(rows: list[dict], note: str = '') -> str:
-    """The document: per difficulty, accuracy by distance bin and by hop count, the controls, the cost."""
-    out = ['# Long-range probe', '',
-           'Written by `tools/long_range.py` (`make long-range`). Pixel accuracy (%) of the distance-controlled '
-           'lookup (`projects/lisa/synthetic/long_range.py`) on the validation images, per distance to the cue '
-           '(px; 4 px = one token) and per hop count (cue -> relay -> ... -> targets), mean ± sample std over '
-           f'the seeds. Chance is {CHANCE:.0f} %. One recipe for all attentions '
-           f'(`configs/long_range/`: 1-layer ViT, width 64, patch 4, 1x1 head, {iterations(rows)} iterations); '
-           'they differ in `attn_cfgs` only.', '']
-    if note:
-        out += [note, '']
-    attentions = [a for a in ALL if any(r['attention'] == a for r in rows)]
-    for difficulty in sorted({r['difficulty'] for r in rows}):
-        sub = [r for r in rows if r['difficulty'] == difficulty]
-        bins = bins_of(sub)
-        hops = sorted({r['hops'] for r in sub})
-        seeds = sorted({r['seed'] for r in sub})
-        out += [f'## {difficulty} (seeds {", ".join(map(str, seeds))})', '', '### By distance to the cue (all hops)',
-                '', '| attention | ' + ' | '.join(f'{bin_name(*b)} px' for b in bins) + ' | all |',
-                '|---' * (len(bins) + 2) + '|']
-        for a in attentions:
-            mine = [r for r in sub if r['attention'] == a]
-            if mine:
-                out.append(f'| {LABELS[a]} | ' + ' | '.join(
-                    cell(accuracy(mine, lambda r, b=b: (r['lo'], r['hi']) == b)) for b in bins)
-                    + f' | {cell(accuracy(mine, lambda r: True))} |')
-        out += ['', f'### By hop count (far bins: distance >= {FAR_MIN} px | all distances)', '',
-                '| attention | ' + ' | '.join(f'{h} hop{"s" * (h > 1)}, far | {h}, all' for h in hops) + ' |',
-                '|---' * (2 * len(hops) + 1) + '|']
-        for a in attentions:
-            mine = [r for r in sub if r['attention'] == a]
-            if mine:
-                out.append(f'| {LABELS[a]} | ' + ' | '.join(
-                    f"{cell(accuracy(mine, lambda r, h=h: r['hops'] == h and r['lo'] >= FAR_MIN))} | "
-                    f"{cell(accuracy(mine, lambda r, h=h: r['hops'] == h))}" for h in hops) + ' |')
-        if 1 in hops:
-            out += ['', '### Controls', '', *controls(sub)]
-        out += ['', '### Training cost (per run: wall time of tools/train.py, mean time per iteration)', '',
-                '| attention | iterations | s per run | s per iteration |', '|---|---|---|---|']
-        for a in attentions:
-            runs = {(r['seed']): r for r in sub if r['attention'] == a}
-            if runs:
-                out.append(f"| {LABELS[a]} | {iterations(list(runs.values()))} | "
-                           f"{statistics.fmean(r['seconds'] for r in runs.values()):.0f} | "
-                           f"{statistics.fmean(r['s_per_iter'] for r in runs.values()):.3f} |")
-        out.append('')
-    return '\n'.join(out)
-
-
-def plot(rows: list[dict], path: Path) -> None:
-    """Accuracy against distance, one line per attention (mean ± std), one panel per difficulty and hop."""
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    panels = sorted({(r['difficulty'], r['hops']) for r in rows})
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-    for ax, (difficulty, h) in zip(axes[0], panels):
-        sub = [r for r in rows if r['difficulty'] == difficulty and r['hops'] == h]
-        bins = bins_of(sub)
-        centres = [(lo + min(hi, lo + 32)) / 2 for lo, hi in bins]
-        for a in ALL:
-            mine = [r for r in sub if r['attention'] == a]
-            if not mine:
-                continue
-            stats = [mean_std(accuracy(mine, lambda r, b=b: (r['lo'], r['hi']) == b)) for b in bins]
-            ax.errorbar(centres, [m for m, _ in stats], yerr=[0 if math.isnan(s) else s for _, s in stats],
-                        marker='o', capsize=3, label=LABELS[a])
-        ax.axhline(CHANCE, color='grey', linestyle=':')
-        ax.set(title=f'{difficulty}, {h} hop{"s" * (h > 1)}', xlabel='distance to the cue (px)',
-               ylabel='pixel accuracy (%)', ylim=(40, 101))
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+def write_document(rows: list[dict], path: Path, note: str) -> None:
+    tasks = {t: [r for r in rows if r['task'] == t] for t in TASKS if any(r['task'] == t for r in rows)}
+    window = Config.fromfile(ROOT / ATTENTION_CONFIG.format('window'))
+    ceiling = report.window_ceiling(window.img_size // window.model.backbone.patch_size,
+                                    window.model.backbone.attn_cfgs.window_size, 50.0)
+    out = ['# Long-range probe', '', 'Written by `tools/long_range.py` (`make long-range`); protocol in its '
+           'docstring. One recipe for all attentions (`configs/long_range/`: ViT of width 64, patch 4, 1x1 head); '
+           'they differ in `attn_cfgs` (and the layer count where stated). `LiSA T=1` is the self-loop alone '
+           '(no global path); `T=2` adds one step of S and is the control for the walk.', '']
+    out += [note, ''] if note else []
+    out += ['## Findings', '', 'Only the paired differences whose 95 % interval excludes 0 are stated as findings.',
+            '', *report.findings(tasks), '']
+    for task, task_rows in tasks.items():
+        out += report.task_section(task, task_rows, TASKS[task][3], ceiling if task == 'lookup-hops1' else None)
+    png = path.with_suffix('.png')
+    out.append(f'![accuracy per run, mean and 95 % interval]({png.name})')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('\n'.join(out) + '\n')
+    report.plot(tasks, png)
+    print(f'wrote {path} and {png}')
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--setting', choices=sorted(SETTINGS), default='quick')
-    parser.add_argument('--attentions', nargs='+', choices=ALL, help='default: those of the setting')
-    parser.add_argument('--difficulties', nargs='+', help='default: all of the setting (quick: hops1 hops2)')
-    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
-    parser.add_argument('--max-iters', type=int, help="training iterations (default: the config's)")
+    parser.add_argument('--setting', choices=sorted(SETTINGS), default='make')
+    parser.add_argument('--tasks', nargs='+', choices=sorted(TASKS), help="default: the setting's")
+    parser.add_argument('--attentions', nargs='+', choices=ATTENTIONS, help="default: the setting's, per task")
+    parser.add_argument('--layers', nargs='+', type=int, help="default: the setting's, per task")
+    parser.add_argument('--runs', type=int, help="reported runs per attention (default: the setting's, per task)")
+    parser.add_argument('--first-run', type=int, default=1000, help='seed and data draw of the first reported run')
+    parser.add_argument('--lrs', nargs='+', type=float, help='learning-rate candidates (one: no choice)')
+    parser.add_argument('--select-runs', type=int, help='development runs per candidate lr')
+    parser.add_argument('--max-iters', type=int,
+                        help="reported runs' training iterations (default: the config's, where the lr is chosen)")
     parser.add_argument('--threads', type=int, default=1, help='torch threads per training run')
     parser.add_argument('--jobs', type=int, default=1, help='training runs at a time (one process each)')
     parser.add_argument('--data-root', type=Path, default=ROOT / 'data' / 'long_range')
     parser.add_argument('--work-dir', type=Path, default=ROOT / 'work_dirs' / 'long_range')
     parser.add_argument('--markdown', type=Path, default=ROOT / 'docs' / 'long_range.md')
     parser.add_argument('--note', default='', help='a line for the document (e.g. the machine and its load)')
-    parser.add_argument('--from-rows', type=Path, nargs='+',
-                        help='only write the document from these stored rows (of one or more sweeps)')
-    parser.add_argument('--generate-only', action='store_true', help='only write the probe data')
-    parser.add_argument('--task', choices=('lookup', *PATHFINDER), default='lookup',
-                        help='data to write; the sweep runs the lookup (pathfinder: with --generate-only, for '
-                             'configs/long_range/pathfinder-*.py)')
+    parser.add_argument('--from-rows', type=Path, nargs='+', help='only write the document from these stored rows')
+    parser.add_argument('--generate-only', action='store_true', help="only write the reported runs' data draws")
     args = parser.parse_args(argv)
-    if args.task != 'lookup' and not args.generate_only:
-        parser.error(f'--task {args.task} needs --generate-only (the sweep runs the lookup probe)')
-    if min(args.threads, args.jobs) < 1 or (args.max_iters is not None and args.max_iters < 1):
-        parser.error(f'--threads {args.threads}, --jobs {args.jobs} and --max-iters {args.max_iters} must be >= 1')
+    setting = SETTINGS[args.setting]
+    args.select_runs = setting['select_runs'] if args.select_runs is None else args.select_runs
+    for name in ('runs', 'threads', 'jobs', 'max_iters', 'layers'):
+        values = getattr(args, name)
+        bad = [v for v in (values if isinstance(values, list) else [values]) if v is not None and v < 1]
+        if bad:
+            parser.error(f'--{name.replace("_", "-")} {bad[0]}: must be >= 1')
+    if args.select_runs < 0 or (len(args.lrs or setting['lrs']) > 1 and args.select_runs < 1):
+        parser.error(f'--select-runs {args.select_runs}: choosing among several --lrs needs >= 1 run per lr')
+    if any(lr <= 0 for lr in args.lrs or ()):
+        parser.error(f'--lrs {" ".join(map(str, args.lrs))}: learning rates must be > 0')
     missing = [str(p) for p in args.from_rows or () if not p.is_file()]
     if missing:
         parser.error(f'--from-rows {" ".join(missing)}: no such file')
-    unknown = sorted(set(args.difficulties or ()) - set(SETTINGS[args.setting]['difficulties']))
+    unknown = sorted(set(args.tasks or ()) - set(setting['tasks']))
     if unknown:
-        parser.error(f'--difficulties {" ".join(unknown)}: the {args.setting} setting has '
-                     f'{" ".join(SETTINGS[args.setting]["difficulties"])}')
+        parser.error(f'--tasks {" ".join(unknown)}: the {args.setting} setting has {" ".join(setting["tasks"])}')
     return args
 
 
-def write_document(rows: list[dict], markdown_path: Path, note: str) -> None:
-    markdown_path.parent.mkdir(parents=True, exist_ok=True)
-    markdown_path.write_text(markdown(rows, note))
-    png = markdown_path.with_suffix('.png')
-    plot(rows, png)
-    with markdown_path.open('a') as f:
-        f.write(f'![accuracy against distance]({png.name})\n')
-    print(f'wrote {markdown_path} and {png}')
+def read_rows(paths: list[Path]) -> list[dict]:
+    return [json.loads(line) for p in paths for line in p.read_text().splitlines() if line.strip()]
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.from_rows:
-        write_document([r for p in args.from_rows for r in json.loads(p.read_text())], args.markdown, args.note)
+        write_document(read_rows(args.from_rows), args.markdown, args.note)
         return
     setting = SETTINGS[args.setting]
-    if args.task != 'lookup':
-        print(write_probe(args.task, args.data_root / args.task, setting['num_train'], setting['num_val'],
-                          seed=0, **PATHFINDER[args.task]))
-        return
-    roots = {name: write_probe('lookup', args.data_root / f'lookup_{name}', setting['num_train'],
-                               setting['num_val'], seed=0, **params)
-             for name, params in setting['difficulties'].items() if name in (args.difficulties or [name])}
     if args.generate_only:
-        print('\n'.join(f'{name}: {root}' for name, root in roots.items()))
+        for item in plan(args, setting, 'test'):
+            print(data_for(item['task'], item['run'], args.data_root, setting['num_train'], setting['num_val']))
         return
-    rows_path = args.work_dir / 'rows.json'
+    rows_path = args.work_dir / 'rows.jsonl'
     rows_path.parent.mkdir(parents=True, exist_ok=True)
-    rows: list[dict] = []
-    runs = [(attention, difficulty, root, seed) for difficulty, root in roots.items()
-            for attention in args.attentions or setting['attentions'] for seed in args.seeds]
+    rows = read_rows([rows_path]) if rows_path.is_file() else []
     start = time.perf_counter()
-    with ThreadPoolExecutor(args.jobs) as pool:  # each run is its own tools/train.py process
-        futures = {pool.submit(run_one, a, d, root, seed, args.work_dir, args.threads, args.max_iters): (a, d, seed)
-                   for a, d, root, seed in runs}
-        for future in as_completed(futures):
-            attention, difficulty, seed = futures[future]
-            new = future.result()
-            rows += new
-            rows_path.write_text(json.dumps(rows))
-            print(f"{difficulty} {attention} seed {seed}: {new[0]['seconds']:.0f} s, pixel accuracy "
-                  f'{cell(accuracy(new, lambda r: True))} %', flush=True)
+    selection = plan(args, setting, 'select') if len(args.lrs or setting['lrs']) > 1 else []
+    execute(selection, rows, rows_path, args, setting)
+    chosen = {}
+    for item in selection:
+        group = (item['task'], item['attention'], item['layers'])
+        if group not in chosen:
+            chosen[group] = report.chosen_lr([r for r in rows if r['phase'] == 'select' and r['iters'] == item['iters']
+                                              and (r['task'], r['attention'], r['layers']) == group])[0]
+    execute(plan(args, setting, 'test', chosen), rows, rows_path, args, setting)
     minutes = (time.perf_counter() - start) / 60
-    note = ' '.join(filter(None, [args.note, f'Sweep: {len(runs)} runs, {args.jobs} at a time, '
-                                  f'{args.threads} thread(s) each, {minutes:.0f} min wall.']))
+    note = ' '.join(filter(None, [args.note, f'This call: {minutes:.0f} min wall, {args.jobs} run(s) at a time, '
+                                  f'{args.threads} thread(s) each.']))
     write_document(rows, args.markdown, note)
 
 

@@ -4,12 +4,12 @@
 # and one schedule. The other configs of this folder change `attn_cfgs` only. One layer, so that a
 # k-hop chain is k steps of one attention: one-hop attentions see every relay at once but must
 # resolve the chain in the MLP, LiSA's walk S^k V can follow it (T = 3 reaches 2 hops).
-# Data: `python tools/long_range.py --generate-only` writes it.
+# Data: `python tools/long_range.py --generate-only --tasks lookup-hops2 --runs 1` writes the draw below.
 custom_imports = dict(imports=['projects.lisa', 'projects.lisa.synthetic.long_range_metric'],
                       allow_failed_imports=False)
 _base_ = ['mmseg::_base_/default_runtime.py', '../_base_/lisa_runtime.py']
 
-data_root = 'data/long_range/lookup_hops2'  # tools/long_range.py sets each difficulty's
+data_root = 'data/long_range/lookup-hops2/draw1000'  # tools/long_range.py sets each run's draw
 img_size = 64
 # Budget: softmax solves hop 1 in 300 iterations; local-only's near bin (0-6 px: 1.4 % of the labelled
 # pixels) needs more: at 1000, seeds 0-2 gave 100.0, 82.7, 99.5 %; seed 1 alone 94.9 % at 1500 and 100.0 % at

@@ -1,0 +1,268 @@
+"""The long-range probe's report: accuracy per run, paired comparisons, controls, markdown, plot.
+
+A *row* is one (hop count, distance bin) cell of one training run, as ``tools/long_range.py``
+stores it::
+
+    dict(task, phase, attention, layers, lr, run, iters, hops, lo, hi, correct, total,
+         seconds, s_per_iter, params)
+
+``phase`` is ``'select'`` (learning-rate choice, on development draws) or ``'test'`` (the reported
+runs, on draws that no choice looked at). Run ``r`` trains with seed ``r`` on data drawn with the
+generator's seed ``r``, the same for every attention, so comparisons are paired by run
+(:func:`~projects.lisa.analysis.statistics.paired_difference`). A run's accuracy is its pixel
+accuracy (images for classification) over the cells a filter keeps.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .statistics import Interval, mean_interval, paired_difference, solved_share
+
+SOLVED = 95.0
+"""A run *solves* a task at this accuracy (%): runs are bimodal, so the share that solve it is
+reported beside the mean."""
+FAR_MIN = 48
+"""px: the lookup's far bin (12 tokens), beyond every local receptive field of one layer."""
+LOCAL = ('window', 'lisa-local')
+LABELS = {'softmax': 'softmax', 'window': 'window 7x7 (Swin)', 'flatten': 'FLatten', 'linear': 'linear',
+          'lisa-local': 'LiSA local-only', 'lisa': 'LiSA T=3', 'lisa-global': 'LiSA global-only T=3',
+          'lisa-t1': 'LiSA T=1 (self-loop only)', 'lisa-t2': 'LiSA T=2 (one step of S)', 'lisa-t5': 'LiSA T=5',
+          'lisa-tinf': 'LiSA T=inf'}
+ORDER = tuple(LABELS)
+PAIRS = (
+    (('lisa', 1), ('softmax', 1)), (('lisa', 1), ('flatten', 1)), (('lisa', 1), ('lisa-t2', 1)),
+    (('lisa', 1), ('lisa-global', 1)), (('lisa-t2', 1), ('softmax', 1)), (('lisa-t2', 1), ('flatten', 1)),
+    (('lisa', 1), ('softmax', 2)), (('lisa', 1), ('flatten', 2)), (('softmax', 2), ('softmax', 1)),
+    (('flatten', 2), ('flatten', 1)), (('lisa', 2), ('lisa', 1)))
+"""The comparisons the document makes where both sides ran: LiSA T=3 against one-hop attention,
+against its controls (T=2: one step of S, the walk's control; global-only: no local branch), and one
+layer against two ("long-range in one layer": fewer layers for the same reach)."""
+
+Keep = Callable[[dict], bool]
+
+
+@dataclass(frozen=True, order=True)
+class Variant:
+    """What a reported row is a run of: the attention, the model's depth and the training budget."""
+
+    attention: str
+    layers: int
+    iters: int
+
+    @classmethod
+    def of(cls, row: dict) -> Variant:
+        return cls(row['attention'], row['layers'], row['iters'])
+
+    def label(self) -> str:
+        return LABELS.get(self.attention, self.attention) + (f', {self.layers} layers' if self.layers > 1 else '')
+
+    def sort_key(self) -> tuple:
+        return (self.iters, self.layers, ORDER.index(self.attention) if self.attention in ORDER else len(ORDER),
+                self.attention)
+
+
+def everything(row: dict) -> bool:
+    return True
+
+
+def far(row: dict) -> bool:
+    return row['lo'] >= FAR_MIN
+
+
+def per_run(rows: Iterable[dict], keep: Keep = everything) -> dict[int, float]:
+    """``{run: accuracy %}`` over the rows that ``keep`` accepts."""
+    counts: dict[int, list[int]] = {}
+    for r in rows:
+        if keep(r):
+            c = counts.setdefault(r['run'], [0, 0])
+            c[0] += r['correct']
+            c[1] += r['total']
+    return {run: 100.0 * c / n for run, (c, n) in sorted(counts.items()) if n}
+
+
+def variants(rows: Iterable[dict]) -> dict[Variant, list[dict]]:
+    out: dict[Variant, list[dict]] = {}
+    for r in rows:
+        out.setdefault(Variant.of(r), []).append(r)
+    return dict(sorted(out.items(), key=lambda item: item[0].sort_key()))
+
+
+def chosen_lr(select_rows: Sequence[dict]) -> tuple[float, dict[float, Interval]]:
+    """The learning rate whose development runs reach the highest mean accuracy (the smallest of
+    equals), and every candidate's mean."""
+    by_lr: dict[float, list[dict]] = {}
+    for r in select_rows:
+        by_lr.setdefault(r['lr'], []).append(r)
+    means = {lr: mean_interval(list(per_run(rows).values())) for lr, rows in by_lr.items()}
+    best = max(sorted(means), key=lambda lr: means[lr].mean)
+    return best, means
+
+
+@dataclass(frozen=True)
+class Comparison:
+    first: Variant
+    second: Variant
+    difference: Interval
+
+    def sentence(self) -> str:
+        a, b, d = self.first.label(), self.second.label(), self.difference
+        runs = f'{d.n} paired runs'
+        if d.excludes_zero:
+            ahead, behind = (a, b) if d.mean > 0 else (b, a)
+            return f'{ahead} ahead of {behind}: {a} − {b} = {d.format(signed=True)} points ({runs})'
+        return f'no difference found between {a} and {b}: {d.format(signed=True)} points ({runs})'
+
+
+def comparisons(rows: Sequence[dict], keep: Keep = everything) -> list[Comparison]:
+    """The :data:`PAIRS` present in ``rows`` (test phase) at each budget, then each variant's budgets
+    against each other (does a longer budget change its accuracy?)."""
+    groups = variants(r for r in rows if r['phase'] == 'test')
+    accuracy = {v: per_run(rs, keep) for v, rs in groups.items()}
+    out = []
+    for iters in sorted({v.iters for v in groups}):
+        for (a, la), (b, lb) in PAIRS:
+            first, second = Variant(a, la, iters), Variant(b, lb, iters)
+            if first in accuracy and second in accuracy and set(accuracy[first]) & set(accuracy[second]):
+                out.append(Comparison(first, second, paired_difference(accuracy[first], accuracy[second])))
+    for v in groups:
+        longer = [w for w in groups if (w.attention, w.layers) == (v.attention, v.layers) and w.iters > v.iters]
+        for w in longer:
+            if set(accuracy[v]) & set(accuracy[w]):
+                out.append(Comparison(w, v, paired_difference(accuracy[w], accuracy[v])))
+    return out
+
+
+def window_ceiling(tokens: int, window: int, chance: float) -> float:
+    """Nearest-bin accuracy (%) of a perfect one-layer window model on the lookup.
+
+    The nearest bin holds the cue's 4 edge neighbours. A window model sees the cue from a neighbour
+    only inside one window: the ``tokens``-wide grid is padded to windows of ``window`` tokens from the
+    top left, so of the ``tokens - 1`` neighbour pairs along a row (or column) ``floor((tokens - 1) /
+    window)`` straddle a border, where the model is at chance. With the cue placed uniformly the
+    ceiling is ``share + (1 - share) * chance``, ``share = 1 - floor((tokens - 1) / window) / (tokens - 1)``:
+    93.3 % for 16 tokens and 7x7 windows.
+    """
+    share = 1 - ((tokens - 1) // window) / (tokens - 1)
+    return 100 * share + (1 - share) * chance
+
+
+def controls(rows: Sequence[dict], chance: float, ceiling: float) -> list[str]:
+    """The one-hop controls: softmax >= 90 % on the far bin; each local attention near chance there
+    (<= chance + 10) and, on the nearest bin, within 5 points of softmax (LiSA local-only: its 3x3
+    neighbourhood holds the cue's) or of its ceiling (window: :func:`window_ceiling`)."""
+    test = [r for r in rows if r['phase'] == 'test' and r['hops'] == 1 and r['layers'] == 1]
+    if not test:
+        return []
+    near_bin = min((r['lo'], r['hi']) for r in test)
+
+    def near(r: dict) -> bool:
+        return (r['lo'], r['hi']) == near_bin
+
+    def mean(attention: str, keep: Keep) -> float:
+        values = per_run([r for r in test if r['attention'] == attention], keep)
+        return statistics.fmean(values.values()) if values else math.nan
+
+    lines = []
+    soft_far, soft_near = mean('softmax', far), mean('softmax', near)
+    if not math.isnan(soft_far):
+        lines.append(f"- (a) softmax, hop 1, distance >= {FAR_MIN} px: {soft_far:.1f} % "
+                     f"({'passes' if soft_far >= 90 else 'FAILS'}: >= 90 % required)")
+    for name in LOCAL:
+        f, n = mean(name, far), mean(name, near)
+        if math.isnan(f):
+            continue
+        target, of_what = (ceiling, 'its ceiling (window borders)') if name == 'window' else (soft_near, 'softmax')
+        ok = f <= chance + 10 and abs(n - target) <= 5
+        lines.append(f'- (b) {LABELS[name]}, hop 1: far {f:.1f} % (chance {chance:.0f} %), nearest bin '
+                     f'{near_bin[0]:g}-{near_bin[1]:g} px {n:.1f} % vs {of_what} {target:.1f} % '
+                     f"({'passes' if ok else 'FAILS'}: far <= {chance + 10:.0f} %, near within 5 points)")
+    return lines
+
+
+def _budget(rows: Sequence[dict]) -> str:
+    lo, hi = min(r['iters'] for r in rows), max(r['iters'] for r in rows)
+    return str(lo) if lo == hi else f'{lo}-{hi}'
+
+
+def task_section(task: str, rows: Sequence[dict], chance: float, ceiling: float | None = None) -> list[str]:
+    """One task's tables: accuracy per variant (mean, 95 % interval, solved share, far bin), the
+    learning-rate choice, the paired comparisons, and the controls where the task has one-hop rows."""
+    test = [r for r in rows if r['phase'] == 'test']
+    groups = variants(test)
+    has_far = any(far(r) for r in test) and any(not far(r) for r in test)
+    out = [f'## {task}', '', f'Chance {chance:.1f} %. Test runs: mean and 95 % interval over the runs '
+           f'(Student t), runs reaching {SOLVED:.0f} %, parameters, learning rate, cost.', '',
+           '| attention | params | lr | iterations | runs | accuracy % | solved | '
+           + (f'far bin (>= {FAR_MIN} px) % | ' if has_far else '') + 's per iteration |',
+           '|---' * (8 + has_far) + '|']
+    for v, rs in groups.items():
+        acc = per_run(rs)
+        done, n = solved_share(list(acc.values()), SOLVED)
+        far_cell = f'{mean_interval(list(per_run(rs, far).values())).format()} | ' if has_far else ''
+        lrs = sorted({r['lr'] for r in rs})
+        one = {r['run']: r for r in rs}.values()
+        out.append(f"| {v.label()} | {rs[0]['params'] / 1e3:.1f} k | {'/'.join(f'{lr:g}' for lr in lrs)} | "
+                   f'{v.iters} | {n} | {mean_interval(list(acc.values())).format()} | {done}/{n} | {far_cell}'
+                   f"{statistics.fmean(r['s_per_iter'] for r in one):.3f} |")
+    selection = [r for r in rows if r['phase'] == 'select']
+    if selection:
+        out += ['', 'Learning rate, chosen on development draws (their held-out images; runs '
+                f"{', '.join(map(str, sorted({r['run'] for r in selection})))}), mean accuracy % per candidate:", '',
+                '| attention | candidates | chosen |', '|---|---|---|']
+        for v, rs in variants(selection).items():
+            best, means = chosen_lr(rs)
+            out.append(f"| {v.label()} | {', '.join(f'{lr:g}: {m.mean:.1f}' for lr, m in sorted(means.items()))} | "
+                       f'{best:g} |')
+    found = comparisons(test)
+    if found:
+        out += ['', 'Paired differences (test runs, all pixels), 95 % interval; **bold**: the interval '
+                'excludes 0.', '', '| comparison | difference (points) | runs | reading |', '|---|---|---|---|']
+        for c in found:
+            d = c.difference
+            cell = d.format(signed=True)
+            out.append(f'| {c.first.label()} − {c.second.label()}'
+                       + (f' ({c.first.iters} vs {c.second.iters} it)' if c.first.iters != c.second.iters else '')
+                       + f" | {f'**{cell}**' if d.excludes_zero else cell} | {d.n} | "
+                       + ('differ' if d.excludes_zero else 'no difference found') + ' |')
+    lines = controls(rows, chance, ceiling) if ceiling is not None else []
+    if lines:
+        out += ['', '### Controls (one hop)', '', *lines]
+    return out + ['']
+
+
+def findings(tasks: dict[str, Sequence[dict]]) -> list[str]:
+    """Every comparison whose paired interval excludes 0, then how many do not: the only statements
+    the document (and the README) make."""
+    differ, none = [], []
+    for task, rows in tasks.items():
+        for c in comparisons([r for r in rows if r['phase'] == 'test']):
+            (differ if c.difference.excludes_zero else none).append(f'{task}: {c.sentence()}')
+    return ([f'- {line}' for line in differ] or ['- No comparison separates two attentions.']) + (
+        [f'- No difference found in {len(none)} other comparison(s): ' + '; '.join(none) + '.'] if none else [])
+
+
+def plot(tasks: dict[str, Sequence[dict]], path: Path) -> None:
+    """One panel per task: each run's accuracy (dots) and the mean with its 95 % interval."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    names = [t for t, rows in tasks.items() if any(r['phase'] == 'test' for r in rows)]
+    fig, axes = plt.subplots(1, max(len(names), 1), figsize=(4.6 * max(len(names), 1), 4.2), squeeze=False)
+    for ax, task in zip(axes[0], names):
+        groups = variants(r for r in tasks[task] if r['phase'] == 'test')
+        for x, rs in enumerate(groups.values()):
+            acc = list(per_run(rs).values())
+            ci = mean_interval(acc)
+            ax.scatter([x] * len(acc), acc, s=10, color='grey', alpha=0.6, zorder=2)
+            err = [[ci.mean - ci.low], [ci.high - ci.mean]] if ci.n > 1 else None
+            ax.errorbar([x], [ci.mean], yerr=err, fmt='o', color='C0', capsize=4, zorder=3)
+        ax.set_xticks(range(len(groups)), [f'{v.label()}\n{v.iters} it' for v in groups], rotation=60,
+                      ha='right', fontsize=7)
+        ax.set(title=task, ylabel='accuracy (%)', ylim=(0, 101))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
