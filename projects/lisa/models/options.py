@@ -8,22 +8,22 @@ it is made of
 * ``bool``: True or False (numpy's too), not ``'no'``, 0 or None;
 * ``int``: an int, not a bool; ``float``: an int or a float (numpy's too), not a bool;
 * ``str``, ``None``, ``Literal[...]`` (the values listed, of their type), unions of these, and
-  ``Sequence[X]``: a list or tuple (not a str) of items that ``X`` takes.
+  ``Sequence[X]``: a sequence (a list, a tuple; not a str) of items that ``X`` takes.
 
 Other hints (config dicts, modules) are left to the code that uses the value, and so is a union
-holding one. Depends on numpy alone.
+holding one. Standard library only (the attentions depend on torch alone): a numpy bool can only
+exist once numpy is imported, so it is looked up there.
 """
 from __future__ import annotations
 
 import functools
 import inspect
 import numbers
+import sys
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Literal, get_args, get_origin
-
-import numpy as np
 
 SCALARS: dict[object, str] = {bool: 'True or False', int: 'an int', float: 'a float', str: 'a str',
                               type(None): 'None'}
@@ -51,7 +51,8 @@ def accepts(hint: object, value: object) -> bool:
             ok = (isinstance(value, Sequence) and not isinstance(value, str)
                   and all(accepts(get_args(member)[0], v) for v in value))
         elif member is bool:
-            ok = isinstance(value, bool | np.bool_)
+            numpy = sys.modules.get('numpy')
+            ok = isinstance(value, bool) or (numpy is not None and isinstance(value, numpy.bool_))
         elif member is int:
             ok = isinstance(value, int) and not isinstance(value, bool)
         elif member is float:
