@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -59,7 +60,7 @@ class LiSAAttention(KernelAttention):
     T = infinity is plain tensor code in every backend.
 
     Args:
-        num_steps: truncation T >= 1 (T = 1 is the self-loop), or ``math.inf``.
+        num_steps: truncation T >= 1 (T = 1 is the self-loop), or ``math.inf`` (``'inf'`` in a config).
         beta: continuation probability in [0, 1).
         step_weights: 'adaptive' (Eq. 10) or 'geometric' (Eq. 4).
         step_mlp_hidden: hidden width of the step MLP (default: the head dim).
@@ -74,7 +75,7 @@ class LiSAAttention(KernelAttention):
         self,
         dim: int,
         num_heads: int,
-        num_steps: int | float = 3,
+        num_steps: int | float | Literal['inf'] = 3,
         beta: float = 0.5,
         step_weights: str = 'adaptive',
         step_mlp_hidden: int | None = None,
@@ -86,9 +87,6 @@ class LiSAAttention(KernelAttention):
         dwc: bool = True,
         **kwargs,
     ) -> None:
-        for name, flag in dict(use_global=use_global, use_local=use_local, focusing=focusing, dwc=dwc).items():
-            if not isinstance(flag, bool):  # 'no' or 0 would silently count as a choice
-                raise ValueError(f'{name}={flag!r} must be True or False')
         super().__init__(dim, num_heads, focusing=focusing, dwc=dwc, backend=backend, **kwargs)
         if num_steps == 'inf':
             num_steps = math.inf

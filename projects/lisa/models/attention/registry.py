@@ -1,7 +1,8 @@
 """The attention registry: every type by name, built through one constructor contract (:data:`CONTEXT`).
 
-:func:`register_attention` adds a type, :func:`check_attention_type` is the one check of an
-attention config (a ValueError naming the bad type and the registered ones), and
+:func:`register_attention` adds a type, whose options are then checked against its constructor's
+type hints whenever it is built (:func:`..options.checked_init`); :func:`check_attention_type` is the
+one check of an attention config (a ValueError naming the bad type and the registered ones), and
 :func:`build_attention` builds from ``dict(type=NAME, **kwargs)``.
 """
 from __future__ import annotations
@@ -10,6 +11,8 @@ import inspect
 from collections.abc import Callable, Mapping
 
 from torch import nn
+
+from ..options import checked_init
 
 ATTENTIONS: dict[str, type[nn.Module]] = {}
 #: Keyword arguments a backbone passes to every attention it builds, whatever its type: the
@@ -24,7 +27,8 @@ CONTEXT = ('qkv_bias', 'attn_drop', 'proj_drop', 'pos_shape', 'num_prefix_tokens
 def register_attention(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
     """Register an attention class under ``name`` for :func:`build_attention`.
 
-    The class must accept ``dim``, ``num_heads`` and the keywords of :data:`CONTEXT`.
+    The class must accept ``dim``, ``num_heads`` and the keywords of :data:`CONTEXT`; each of its
+    options is checked against its type hint when it is built (:func:`..options.checked_init`).
     """
 
     def wrap(cls: type[nn.Module]) -> type[nn.Module]:
@@ -36,7 +40,7 @@ def register_attention(name: str) -> Callable[[type[nn.Module]], type[nn.Module]
             if lacking:
                 raise TypeError(f'attention {name!r} ({cls.__name__}) must accept the keyword arguments '
                                 f'{lacking} of the attention contract (projects.lisa.models.attention.CONTEXT)')
-        ATTENTIONS[name] = cls
+        ATTENTIONS[name] = checked_init(cls)
         return cls
 
     return wrap

@@ -39,6 +39,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..attention import ATTENTIONS, build_attention, check_attention_type
 from ..attention.layers import resize_grid, static_sizes
+from ..options import checked_init
 from .loading import adapt_state_dict, load_pretrained
 
 
@@ -287,6 +288,9 @@ class LiSABackbone(BaseModule):
     checkpoint by :func:`.loading.load_pretrained`: every tensor of the model must come from
     it, except those matching a glob of ``allow_new`` (new by design, e.g.
     ``['*.attn.step_mlp.*']`` for LiSA from a softmax checkpoint), else it raises.
+
+    A subclass's constructor options are checked against its type hints whenever it is built,
+    the upstream backbone's arguments it shares included (:func:`..options.checked_init`).
     """
 
     arch_zoo: ClassVar[dict[str, dict]] = {}
@@ -294,6 +298,11 @@ class LiSABackbone(BaseModule):
     stage_keys: ClassVar[tuple[str, ...]] = ()  # the arch keys that hold one entry per stage
     embeddings: ClassVar[tuple[str, ...]] = ()
     conv_fan_out: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if '__init__' in cls.__dict__:  # an inherited one is checked where it is defined
+            checked_init(cls)
 
     def __init__(self, arch: str | Mapping, init_cfg: dict | None = None) -> None:
         if isinstance(init_cfg, Sequence) and any(cfg.get('type') == 'Pretrained' for cfg in init_cfg):
