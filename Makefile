@@ -39,4 +39,4 @@ docs: install
 # document states the wall time); rows are kept as runs end, so a stopped sweep resumes where it was.
 .PHONY: long-range
 long-range: install
-	$(PY) tools/long_range.py --setting make --threads 1 --jobs 2
+	$(PY) tools/long_range.py --setting make --threads 1 --jobs 2 --rows docs/long_range_rows.jsonl

@@ -14,7 +14,8 @@ no choice saw (``--max-iters`` trains them longer with the same lr: does the bud
 Each run is ``tools/train.py`` on the task's config with the attention's ``attn_cfgs`` (taken from
 ``configs/long_range/lookup_vit-1l_<attention>_64px.py``), ``--layers`` layers and the chosen lr,
 one process with ``--threads`` threads, ``--jobs`` at a time. Rows go to ``<work-dir>/rows.jsonl``
-as runs finish; a second call skips the runs already there, so a sweep resumes where it stopped.
+(or ``--rows``) as runs finish, run by run; a second call skips the runs already there, so a sweep
+resumes where it stopped (``make long-range`` keeps them in ``docs/long_range_rows.jsonl``).
 """
 from __future__ import annotations
 
@@ -154,7 +155,7 @@ def plan(args: argparse.Namespace, setting: dict, phase: str, lrs: dict | None =
                     items += [dict(task=task, phase=phase, attention=attention, layers=layers, lr=lr,
                                    run=args.first_run + i, iters=args.max_iters or default)
                               for i in range(args.runs or runs)]
-    return items
+    return sorted(items, key=lambda i: i['run'])  # run by run: a stopped sweep leaves whole paired sets
 
 
 def write_document(rows: list[dict], path: Path, note: str) -> None:
@@ -197,6 +198,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--work-dir', type=Path, default=ROOT / 'work_dirs' / 'long_range')
     parser.add_argument('--markdown', type=Path, default=ROOT / 'docs' / 'long_range.md')
     parser.add_argument('--note', default='', help='a line for the document (e.g. the machine and its load)')
+    parser.add_argument('--rows', type=Path, help='where the rows are kept and resumed from '
+                        '(default: <work-dir>/rows.jsonl)')
     parser.add_argument('--from-rows', type=Path, nargs='+', help='only write the document from these stored rows')
     parser.add_argument('--generate-only', action='store_true', help="only write the reported runs' data draws")
     args = parser.parse_args(argv)
@@ -234,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
         for item in plan(args, setting, 'test'):
             print(data_for(item['task'], item['run'], args.data_root, setting['num_train'], setting['num_val']))
         return
-    rows_path = args.work_dir / 'rows.jsonl'
+    rows_path = args.rows or args.work_dir / 'rows.jsonl'
     rows_path.parent.mkdir(parents=True, exist_ok=True)
     rows = read_rows([rows_path]) if rows_path.is_file() else []
     start = time.perf_counter()

@@ -20,7 +20,7 @@ Examples (the second on a long-range probe image with a trained probe model)::
     python tools/visualize_walk.py configs/classification/deit-tiny_lisa_8xb128_in1k.py \\
         --layer layers.11.attn --query 120 90 --out work_dirs/walk.png
     python tools/visualize_walk.py configs/long_range/lookup_vit-1l_lisa_64px.py --probe lookup \\
-        --checkpoint work_dirs/long_range/hops2/lisa/seed0/iter_1000.pth
+        --checkpoint work_dirs/long_range/lookup-hops2/lisa-1l/lr0.002-2000it/test1000/iter_2000.pth
 """
 from __future__ import annotations
 
