@@ -322,7 +322,8 @@ def test_short_run_through_tools_train(tmp_path, task, attention):
     data = tool.data_for(task, 7, tmp_path / 'data', 4, 4)
     item = dict(task=task, phase='test', attention=attention, layers=2, lr=1e-3, run=7, iters=60)  # > warm-up
     got = tool.run_one(item, data, tmp_path / 'wd', threads=1)
-    assert {(r['task'], r['attention'], r['layers'], r['run'], r['iters']) for r in got} == {(task, attention, 2, 7, 60)}
+    assert {(r['task'], r['attention'], r['layers'], r['run'], r['iters']) for r in got} == {
+        (task, attention, 2, 7, 60)}
     assert got[0]['params'] > 0 and got[0]['seconds'] > 0
     if task == 'lookup-hops2':
         labelled = sum(int((np.asarray(Image.open(p)) != IGNORE).sum())
@@ -342,3 +343,12 @@ def test_visualize_walk_queries_the_farthest_shape_of_a_probe_image(tmp_path):
     out = tmp_path / 'walk.png'
     main([str(ROOT / 'configs/long_range/lookup_vit-1l_lisa_64px.py'), '--probe', 'lookup', '--out', str(out)])
     assert out.stat().st_size > 0
+
+
+def test_plan_runs_run_by_run_so_a_stopped_sweep_leaves_whole_paired_sets():
+    args = tool.parse_args(['--tasks', 'lookup-hops2', '--attentions', 'lisa', 'softmax', '--layers', '1',
+                            '--runs', '3', '--lrs', '2e-3'])
+    items = tool.plan(args, tool.SETTINGS['make'], 'test', {})
+    assert [(i['run'], i['attention']) for i in items] == [
+        (r, a) for r in (1000, 1001, 1002) for a in ('lisa', 'softmax')]
+    assert {(i['lr'], i['iters'], i['layers']) for i in items} == {(2e-3, 2000, 1)}
