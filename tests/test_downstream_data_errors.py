@@ -4,6 +4,7 @@ The datasets are real-format files written by ``projects.lisa.synthetic`` and
 then damaged here; the errors are those a run of ``tools/train.py`` /
 ``tools/test.py`` meets (their :class:`projects.lisa.engine.data_check.Runner`).
 """
+import io
 import json
 import os
 import subprocess
@@ -103,7 +104,6 @@ def test_intact_data_loads_through_the_checking_runner(ade20k):
         assert max(image.shape[-2:]) <= 96
 
 
-# A truncated JPEG is not in the list: OpenCV decodes what is there (grey below), as it does in mmcv.
 @pytest.mark.slow
 @pytest.mark.parametrize('folder,suffix,damage', [
     ('annotations', '.png', 'garbage'), ('annotations', '.png', 'truncated'), ('images', '.jpg', 'garbage')])
@@ -141,6 +141,51 @@ def damage_label(path: Path, damage: str) -> None:
         label.convert('RGB').save(path)
     elif damage == 'size':
         label.resize((label.width + 8, label.height), Image.NEAREST).save(path)
+
+
+def training_split(tmp_path: Path, dataset: str, num_train: int) -> tuple[Config, list[Path]]:
+    """A generated ``'ade20k'`` or ``'coco'`` dataset of ``num_train`` training images: its demo config and the
+    training images."""
+    generate(dataset, tmp_path, num_train=num_train, num_val=1, size=32, seed=0)
+    if dataset == 'ade20k':
+        root = tmp_path / 'ade' / 'ADEChallengeData2016'
+        return with_data_root(SEG_DEMO, root), sorted((root / 'images' / 'training').iterdir())
+    return with_data_root(DET_DEMO, tmp_path / 'coco'), sorted((tmp_path / 'coco' / 'train2017').iterdir())
+
+
+def damage_image(path: Path, damage: str) -> None:
+    """Write an image back, under its own name (the decoders read the content, not the suffix), with one defect.
+
+    A truncated JPEG keeps its header and the first half of its compressed pixels, as a copy cut short does
+    (Pillow opens it; OpenCV 5 decodes no image from it, OpenCV 4 fills the rest grey); a truncated PNG is the
+    first half of its bytes; ``'png without its end'`` lacks only the final 12-byte ``IEND`` chunk (Pillow decodes
+    it, OpenCV does not).
+    """
+    rgb = np.asarray(Image.open(path).convert('RGB'))
+    encoded = io.BytesIO()
+    if damage in ('truncated jpeg', 'truncated png', 'png without its end'):
+        Image.fromarray(rgb).save(encoded, format='JPEG' if 'jpeg' in damage else 'PNG')
+        data = encoded.getvalue()
+        start = data.index(b'\xff\xda') if damage == 'truncated jpeg' else 0  # JPEG: the start of the scan
+        path.write_bytes(data[:-12] if damage == 'png without its end' else data[:(start + len(data)) // 2])
+    else:
+        raise ValueError(f'unknown damage {damage!r}')
+
+
+TRUNCATIONS = ('truncated jpeg', 'truncated png', 'png without its end')
+
+
+@pytest.mark.parametrize('damage', TRUNCATIONS)
+@pytest.mark.parametrize('dataset', ['ade20k', 'coco'])
+def test_training_on_an_image_it_cannot_use_stops_naming_the_file(tmp_path, dataset, damage):
+    """Issue 39 item 2: a truncated image crashed the sample check with ``TypeError: 'NoneType' object is not
+    subscriptable`` (OpenCV decodes no image from it), naming no file."""
+    cfg, images = training_split(tmp_path, dataset, 3)
+    bad = images[1]
+    damage_image(bad, damage)
+    with pytest.raises(DataError) as error:
+        first_batch(cfg)
+    assert str(bad) in str(error.value) and 'is invalid' in str(error.value)
 
 
 ADE20K_DEFECTS = {  # damage: what the message must say

@@ -53,6 +53,7 @@ CLASSES = 'metainfo classes'
 """The ``where`` of a split's problem with its classes (:func:`absent_classes`)."""
 
 
+
 class DataError(RuntimeError):
     """A dataset or one of its samples could not be loaded or is invalid; the message names the files."""
 
@@ -113,10 +114,21 @@ def ranges(values: Iterable[int]) -> str:
 def image_size(path: str) -> tuple[int, int]:
     """``(height, width)`` of an image as OpenCV decodes it (EXIF orientation applied), from its header."""
     with Image.open(path) as image:
-        width, height = image.size
-        if image.getexif().get(EXIF_ORIENTATION, 1) in TRANSPOSED_ORIENTATIONS:
-            width, height = height, width
+        return oriented_size(image)
+
+
+def oriented_size(image: Image.Image) -> tuple[int, int]:
+    """``(height, width)`` of an opened image as OpenCV decodes it (EXIF orientation applied)."""
+    width, height = image.size
+    if image.getexif().get(EXIF_ORIENTATION, 1) in TRANSPOSED_ORIENTATIONS:
+        width, height = height, width
     return height, width
+
+
+def unreadable_image(path: str, reason: str) -> Problem:
+    """The problem of an image the loader cannot decode in full, ``reason`` saying why."""
+    return Problem(path, f'cannot be read as an image ({reason})',
+                   'a complete JPEG or PNG file (copy or export it again, or remove the sample)')
 
 
 Rescale = tuple[str, tuple[int, int]]
@@ -172,18 +184,26 @@ def rescale_problems(path: str, size: tuple[int, int], rescales: Sequence[Rescal
 
 
 def image_problems(path: str, rescales: Sequence[Rescale] = ()) -> list[Problem]:
-    """What the pipeline makes of an image: too small for its resizes, constant, or 16-bit.
+    """What the pipeline makes of an image: not decodable in full, too small for its resizes, constant, or 16-bit.
 
-    The image is decoded as ``LoadImageFromFile`` does (``mmcv.imread``, 8-bit colour). A constant image
-    carries no signal (usually a broken export). OpenCV converts 16-bit pixels to 8 bits as
-    ``round(value / 256)``: an image whose values stay below 128 decodes to all zeros, any 16-bit image
+    The image is decoded as ``LoadImageFromFile`` does (``mmcv.imread``: OpenCV, 8-bit colour) and in full by
+    Pillow, since OpenCV decodes a file cut short to nothing (OpenCV 5) or to the rows it holds, grey below
+    (OpenCV 4). A constant image carries no signal (usually a broken export). OpenCV converts 16-bit pixels to
+    8 bits as ``round(value / 256)``: an image whose values stay below 128 decodes to all zeros, any 16-bit image
     loses its low 8 bits.
     """
     import mmcv
-    with Image.open(path) as image:
-        mode = image.mode
-    problems = rescale_problems(path, image_size(path), rescales)
+    try:
+        with Image.open(path) as image:
+            mode = image.mode
+            image.load()  # Image.open reads the header only: a file cut short fails here
+            problems = rescale_problems(path, oriented_size(image), rescales)
+    except (OSError, ValueError) as error:
+        return [unreadable_image(path, f'{type(error).__name__}: {error}')]
     decoded = mmcv.imread(path, 'color')
+    if decoded is None:
+        return [unreadable_image(path, "OpenCV, the decoder of mmcv's LoadImageFromFile, decodes no image from it: "
+                                       'the file is truncated or corrupt')]
     constant = bool((decoded == decoded[0, 0]).all())
     if not (mode.startswith('I;16') or mode == 'I'):
         if constant:
@@ -218,11 +238,7 @@ class ImageCheck:
         return self(info), frozenset()
 
     def __call__(self, info: Mapping) -> list[Problem]:
-        try:
-            return image_problems(info['img_path'], self.rescales)
-        except (OSError, ValueError) as error:
-            return [Problem(info['img_path'], f'cannot be read as an image ({type(error).__name__}: {error})',
-                            'a JPEG or PNG image')]
+        return image_problems(info['img_path'], self.rescales)
 
 
 @dataclass(frozen=True)
@@ -316,8 +332,7 @@ class LabelMapCheck:
         try:
             size = image_size(info['img_path'])
         except (OSError, ValueError) as error:
-            problems.append(Problem(info['img_path'], f'cannot be read as an image ({type(error).__name__}: {error})',
-                                    'a JPEG or PNG image'))
+            problems.append(unreadable_image(info['img_path'], f'{type(error).__name__}: {error}'))
         else:
             if array.shape != size:
                 problems.append(Problem(path, f'is {array.shape[0]}x{array.shape[1]} (HxW) but its image '
