@@ -252,6 +252,30 @@ def test_a_truncated_jpeg_is_named_where_opencv_decodes_it_in_part(ade20k, monke
     assert problem.file == str(image) and problem.error and 'truncated' in problem.problem
 
 
+@pytest.mark.parametrize('dataset', ['ade20k', 'coco'])
+def test_16_bit_images_are_named_16_bit_and_an_error_where_they_decode_near_black(tmp_path, dataset):
+    """Issue 39 item 6: a 16-bit colour PNG of values 0..255 was reported only as 'constant colour (0, 0, 0)', and
+    a 16-bit image of values 0..1000, which decodes to 0..3, only as a note. The reference is the loader:
+    mmcv.imread keeps the high byte of each 16-bit value."""
+    cfg, images = training_split(tmp_path, dataset, 4)
+    damaged = dict(zip(('16-bit colour 0..255', '16-bit 0..1000', '16-bit 0..65535'), map(str, images)))
+    for damage, path in damaged.items():
+        damage_image(Path(path), damage)
+    decoded = {damage: mmcv.imread(path) for damage, path in damaged.items()}
+    assert not decoded['16-bit colour 0..255'].any()
+    assert (decoded['16-bit 0..1000'].min(), decoded['16-bit 0..1000'].max()) == (0, 3)
+    assert (decoded['16-bit 0..65535'].min(), decoded['16-bit 0..65535'].max()) == (0, 255)
+    problems = samples(check_config_data(cfg, ('train_dataloader', ), workers=1)['train_dataloader'])
+    by_file = {p.file: p for p in problems}
+    assert sorted(by_file) == sorted(damaged.values())
+    colour, dark, full = (by_file[damaged[d]] for d in damaged)
+    assert colour.error and colour.problem.startswith('is a 16-bit colour image')
+    assert 'constant colour (0, 0, 0)' in colour.problem
+    assert dark.error and dark.problem.startswith('is a 16-bit greyscale image') and 'values 0..1000' in dark.problem
+    assert 'decodes to 0..3' in dark.problem
+    assert not full.error and full.problem.startswith('is a 16-bit greyscale image')
+
+
 def _replace_sample(ade20k: Path, index: int, image: np.ndarray, label: np.ndarray) -> tuple[Path, Path]:
     """Training sample ``index`` rewritten as ``image`` (RGB) and ``label``; returns their paths."""
     paths = (sorted((ade20k / 'images' / 'training').iterdir())[index],

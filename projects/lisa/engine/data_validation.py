@@ -51,7 +51,10 @@ LISTED = 20
 """Problems quoted in an error message; ``tools/check_data.py`` lists all."""
 CLASSES = 'metainfo classes'
 """The ``where`` of a split's problem with its classes (:func:`absent_classes`)."""
-
+MIN_16_BIT_LEVELS = 16
+"""The fewest 8-bit levels a 16-bit image may decode to. A 16-bit image decoding to fewer spans less than 12 bits
+and decodes near black (values 0..1000 to 0..3), which training learns nothing from; 12-bit data (0..4095)
+decodes to the 16 levels 0..15."""
 
 
 class DataError(RuntimeError):
@@ -125,6 +128,15 @@ def oriented_size(image: Image.Image) -> tuple[int, int]:
     return height, width
 
 
+def is_16_bit(image: Image.Image) -> bool:
+    """Whether an opened (not yet loaded) image stores 16 bits per channel.
+
+    Pillow opens a 16-bit colour PNG as 8-bit ``'RGB'``; the raw mode of its tiles (``'RGB;16B'``, ``'I;16B'``)
+    tells the stored depth, and ``load()`` drops the tiles.
+    """
+    return any(';16' in (tile.args if isinstance(tile.args, str) else tile.args[0]) for tile in image.tile)
+
+
 def unreadable_image(path: str, reason: str) -> Problem:
     """The problem of an image the loader cannot decode in full, ``reason`` saying why."""
     return Problem(path, f'cannot be read as an image ({reason})',
@@ -188,14 +200,15 @@ def image_problems(path: str, rescales: Sequence[Rescale] = ()) -> list[Problem]
 
     The image is decoded as ``LoadImageFromFile`` does (``mmcv.imread``: OpenCV, 8-bit colour) and in full by
     Pillow, since OpenCV decodes a file cut short to nothing (OpenCV 5) or to the rows it holds, grey below
-    (OpenCV 4). A constant image carries no signal (usually a broken export). OpenCV converts 16-bit pixels to
-    8 bits as ``round(value / 256)``: an image whose values stay below 128 decodes to all zeros, any 16-bit image
+    (OpenCV 4). A constant image carries no signal (usually a broken export). OpenCV converts a 16-bit value to
+    8 bits as ``value // 256``: an image whose values stay below 256 decodes to all zeros, one whose values span
+    less than about 12 bits to fewer than :data:`MIN_16_BIT_LEVELS` levels (near black), and any 16-bit image
     loses its low 8 bits.
     """
     import mmcv
     try:
         with Image.open(path) as image:
-            mode = image.mode
+            sixteen_bit = is_16_bit(image)
             image.load()  # Image.open reads the header only: a file cut short fails here
             problems = rescale_problems(path, oriented_size(image), rescales)
     except (OSError, ValueError) as error:
@@ -205,22 +218,31 @@ def image_problems(path: str, rescales: Sequence[Rescale] = ()) -> list[Problem]
         return [unreadable_image(path, "OpenCV, the decoder of mmcv's LoadImageFromFile, decodes no image from it: "
                                        'the file is truncated or corrupt')]
     constant = bool((decoded == decoded[0, 0]).all())
-    if not (mode.startswith('I;16') or mode == 'I'):
+    rgb = tuple(decoded[0, 0, ::-1].tolist())
+    if not sixteen_bit:
         if constant:
-            problems.append(Problem(path, f'decodes to the constant colour {tuple(decoded[0, 0, ::-1].tolist())} '
-                                          '(RGB) in every pixel: it carries no signal',
+            problems.append(Problem(path, f'decodes to the constant colour {rgb} (RGB) in every pixel: it carries '
+                                          'no signal',
                                     'an image with content (a constant one is usually a broken export: export it '
                                     'again or remove the sample)'))
         return problems
+    stored = mmcv.imread(path, 'unchanged')
+    kind = 'greyscale' if stored.ndim == 2 else 'colour'
+    if stored.ndim == 3:
+        stored = stored[..., :3]  # the colour loader drops an alpha channel
+    decodes = (f'is a 16-bit {kind} image of values {stored.min()}..{stored.max()}, which the 8-bit colour loader '
+               '(value // 256) decodes to')
+    valid = ("an 8-bit image, a 16-bit one that spans the 16-bit range, or color_type='unchanged' in "
+             'LoadImageFromFile with a normalisation for its range')
     lo, hi = int(decoded.min()), int(decoded.max())
-    if lo == hi:
-        return problems + [Problem(
-            path, f'is a 16-bit image (PNG mode {mode!r}) that the 8-bit colour loader decodes to the constant {lo} '
-                  '(round(value / 256))',
-            "an 8-bit image, a 16-bit one that spans the 16-bit range, or color_type='unchanged' in "
-            'LoadImageFromFile with a normalisation for its range')]
-    return problems + [Problem(path, f'is a 16-bit image (PNG mode {mode!r}), decoded at 8 bits ({lo}..{hi})',
-                               'an 8-bit image (the loader drops the low 8 bits)', error=False)]
+    if constant:
+        value = f'the constant {lo}' if kind == 'greyscale' else f'the constant colour {rgb} (RGB)'
+        return problems + [Problem(path, f'{decodes} {value} in every pixel: it carries no signal', valid)]
+    if hi - lo + 1 < MIN_16_BIT_LEVELS:
+        return problems + [Problem(path, f'{decodes} {lo}..{hi}: {hi - lo + 1} of 256 levels, a near-black image '
+                                         'that training learns nothing from', valid)]
+    return problems + [Problem(path, f'{decodes} {lo}..{hi}', 'an 8-bit image (the loader drops the low 8 bits)',
+                               error=False)]
 
 
 @dataclass(frozen=True)
