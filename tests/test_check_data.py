@@ -4,6 +4,7 @@ listed with its file, the bad value and what is valid; intact data passes.
 The datasets are real-format files of ``projects.lisa.synthetic`` with defects injected here; the rules are
 compared with what the libraries' own loaders do with the same files.
 """
+import io
 import json
 import os
 import subprocess
@@ -15,8 +16,18 @@ import mmcv
 import numpy as np
 import pytest
 from mmengine.registry import init_default_scope
-from PIL import Image
-from test_downstream_data_errors import COCO_DEFECTS, DET_DEMO, SEG_DEMO, damage_label, edit_annotations, with_data_root
+from PIL import Image, ImageFile
+from test_downstream_data_errors import (
+    COCO_DEFECTS,
+    DET_DEMO,
+    SEG_DEMO,
+    TRUNCATIONS,
+    damage_image,
+    damage_label,
+    edit_annotations,
+    training_split,
+    with_data_root,
+)
 
 from projects.lisa.engine.data_validation import (
     CLASSES,
@@ -197,6 +208,72 @@ def test_a_16_bit_image_that_decodes_to_black_is_an_error(ade20k):
     problems = check_config_data(with_data_root(SEG_DEMO, ade20k), ('train_dataloader', ), workers=1)
     [problem] = samples(problems['train_dataloader'])
     assert problem.file == str(image) and problem.error and 'decodes to the constant 0' in problem.problem
+
+
+@pytest.mark.parametrize('dataset', ['ade20k', 'coco'])
+def test_every_image_the_loader_cannot_decode_in_full_is_an_error_naming_it(tmp_path, dataset):
+    """Issue 39 item 2: a JPEG cut short (its header intact) crashed the check with ``TypeError: 'NoneType' object
+    is not subscriptable``, naming no file: OpenCV, the decoder of mmcv's ``LoadImageFromFile``, decodes no image
+    from it. So it does from a PNG that lacks only its end, which Pillow decodes."""
+    cfg, images = training_split(tmp_path, dataset, 4)
+    damaged = dict(zip(TRUNCATIONS, map(str, images)))
+    for damage, path in damaged.items():
+        damage_image(Path(path), damage)
+    problems = samples(check_config_data(cfg, ('train_dataloader', ), workers=1)['train_dataloader'])
+    assert sorted(p.file for p in problems) == sorted(damaged.values()) and all(p.error for p in problems)
+    for problem in problems:
+        assert problem.problem.startswith('cannot be read as an image') and 'truncated' in problem.problem
+        assert problem.valid.startswith('a complete JPEG or PNG file')
+
+
+def test_a_truncated_jpeg_is_named_where_opencv_decodes_it_in_part(ade20k, monkeypatch):
+    """Issue 39 item 2: OpenCV 4 decodes a JPEG cut short to the rows it holds and fills the rest grey, where
+    OpenCV 5 decodes none; the check names the file with either. OpenCV 4 is played by libjpeg through Pillow,
+    which decodes a file cut short the same way when told to load truncated images."""
+    decode = cv2.imdecode
+
+    def decode_in_part(buffer: np.ndarray, flags: int) -> np.ndarray | None:
+        monkeypatch.setattr(ImageFile, 'LOAD_TRUNCATED_IMAGES', True)
+        try:
+            with Image.open(io.BytesIO(buffer.tobytes())) as image:
+                return np.ascontiguousarray(np.asarray(image.convert('RGB'))[..., ::-1])
+        except OSError:
+            return decode(buffer, flags)
+        finally:
+            monkeypatch.setattr(ImageFile, 'LOAD_TRUNCATED_IMAGES', False)
+
+    image = sorted((ade20k / 'images' / 'training').iterdir())[0]
+    damage_image(image, 'truncated jpeg')
+    monkeypatch.setattr(cv2, 'imdecode', decode_in_part)
+    rows = mmcv.imread(str(image))[:, 0, 0]
+    assert rows.shape == image_size(str(image))[:1] and rows[-1] == 128 and (rows[:4] != 128).any()  # grey below
+    [problem] = samples(check_config_data(with_data_root(SEG_DEMO, ade20k), ('train_dataloader', ), workers=1)[
+        'train_dataloader'])
+    assert problem.file == str(image) and problem.error and 'truncated' in problem.problem
+
+
+@pytest.mark.parametrize('dataset', ['ade20k', 'coco'])
+def test_16_bit_images_are_named_16_bit_and_an_error_where_they_decode_near_black(tmp_path, dataset):
+    """Issue 39 item 6: a 16-bit colour PNG of values 0..255 was reported only as 'constant colour (0, 0, 0)', and
+    a 16-bit image of values 0..1000, which decodes to 0..3, only as a note. The reference is the loader:
+    mmcv.imread keeps the high byte of each 16-bit value."""
+    cfg, images = training_split(tmp_path, dataset, 4)
+    damaged = dict(zip(('16-bit colour 0..255', '16-bit 0..1000', '16-bit 0..65535'), map(str, images)))
+    for damage, path in damaged.items():
+        damage_image(Path(path), damage)
+    decoded = {damage: mmcv.imread(path) for damage, path in damaged.items()}
+    assert not decoded['16-bit colour 0..255'].any()
+    assert (decoded['16-bit 0..1000'].min(), decoded['16-bit 0..1000'].max()) == (0, 3)
+    assert (decoded['16-bit 0..65535'].min(), decoded['16-bit 0..65535'].max()) == (0, 255)
+    problems = samples(check_config_data(cfg, ('train_dataloader', ), workers=1)['train_dataloader'])
+    by_file = {p.file: p for p in problems}
+    assert sorted(by_file) == sorted(damaged.values())
+    colour, dark, full = (by_file[damaged[d]] for d in damaged)
+    assert colour.error and colour.problem.startswith('is a 16-bit colour image')
+    assert 'constant colour (0, 0, 0)' in colour.problem
+    assert dark.error and dark.problem.startswith('is a 16-bit greyscale image') and 'values 0..1000' in dark.problem
+    assert 'decodes to 0..3' in dark.problem
+    assert not full.error and full.problem.startswith('is a 16-bit greyscale image')
 
 
 def _replace_sample(ade20k: Path, index: int, image: np.ndarray, label: np.ndarray) -> tuple[Path, Path]:

@@ -4,12 +4,14 @@ The datasets are real-format files written by ``projects.lisa.synthetic`` and
 then damaged here; the errors are those a run of ``tools/train.py`` /
 ``tools/test.py`` meets (their :class:`projects.lisa.engine.data_check.Runner`).
 """
+import io
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 from mmengine.config import Config
@@ -103,7 +105,6 @@ def test_intact_data_loads_through_the_checking_runner(ade20k):
         assert max(image.shape[-2:]) <= 96
 
 
-# A truncated JPEG is not in the list: OpenCV decodes what is there (grey below), as it does in mmcv.
 @pytest.mark.slow
 @pytest.mark.parametrize('folder,suffix,damage', [
     ('annotations', '.png', 'garbage'), ('annotations', '.png', 'truncated'), ('images', '.jpg', 'garbage')])
@@ -141,6 +142,60 @@ def damage_label(path: Path, damage: str) -> None:
         label.convert('RGB').save(path)
     elif damage == 'size':
         label.resize((label.width + 8, label.height), Image.NEAREST).save(path)
+
+
+def training_split(tmp_path: Path, dataset: str, num_train: int) -> tuple[Config, list[Path]]:
+    """A generated ``'ade20k'`` or ``'coco'`` dataset of ``num_train`` training images: its demo config and the
+    training images."""
+    generate(dataset, tmp_path, num_train=num_train, num_val=1, size=32, seed=0)
+    if dataset == 'ade20k':
+        root = tmp_path / 'ade' / 'ADEChallengeData2016'
+        return with_data_root(SEG_DEMO, root), sorted((root / 'images' / 'training').iterdir())
+    return with_data_root(DET_DEMO, tmp_path / 'coco'), sorted((tmp_path / 'coco' / 'train2017').iterdir())
+
+
+def damage_image(path: Path, damage: str) -> None:
+    """Write an image back, under its own name (the decoders read the content, not the suffix), with one defect.
+
+    A truncated JPEG keeps its header and the first half of its compressed pixels, as a copy cut short does
+    (Pillow opens it; OpenCV 5 decodes no image from it, OpenCV 4 fills the rest grey); a truncated PNG is the
+    first half of its bytes; ``'png without its end'`` lacks only the final 12-byte ``IEND`` chunk (Pillow decodes
+    it, OpenCV does not). The 16-bit images hold the image's values at 16 bits: its colours 0..255 per channel,
+    or its grey levels stretched to 0..1000 (decoded at 8 bits to 0..3) or to the full range 0..65535.
+    """
+    rgb = np.asarray(Image.open(path).convert('RGB'))
+    grey = np.asarray(Image.open(path).convert('L')).astype(np.int64)
+    grey = (grey - grey.min()) / (grey.max() - grey.min())  # 0..1, both ends reached
+    encoded = io.BytesIO()
+    if damage in ('truncated jpeg', 'truncated png', 'png without its end'):
+        Image.fromarray(rgb).save(encoded, format='JPEG' if 'jpeg' in damage else 'PNG')
+        data = encoded.getvalue()
+        start = data.index(b'\xff\xda') if damage == 'truncated jpeg' else 0  # JPEG: the start of the scan
+        path.write_bytes(data[:-12] if damage == 'png without its end' else data[:(start + len(data)) // 2])
+    elif damage == '16-bit colour 0..255':
+        path.write_bytes(cv2.imencode('.png', rgb[..., ::-1].astype(np.uint16))[1].tobytes())
+    elif damage in ('16-bit 0..1000', '16-bit 0..65535'):
+        top = 1000 if damage == '16-bit 0..1000' else 65535
+        Image.fromarray(np.round(grey * top).astype(np.uint16)).save(path, format='PNG')
+    else:
+        raise ValueError(f'unknown damage {damage!r}')
+
+
+TRUNCATIONS = ('truncated jpeg', 'truncated png', 'png without its end')
+
+
+@pytest.mark.parametrize('damage', [*TRUNCATIONS, '16-bit 0..1000'])
+@pytest.mark.parametrize('dataset', ['ade20k', 'coco'])
+def test_training_on_an_image_it_cannot_use_stops_naming_the_file(tmp_path, dataset, damage):
+    """Issue 39 item 2: a truncated image crashed the sample check with ``TypeError: 'NoneType' object is not
+    subscriptable`` (OpenCV decodes no image from it), naming no file. Item 6: a 16-bit image that decodes to
+    0..3 trained."""
+    cfg, images = training_split(tmp_path, dataset, 3)
+    bad = images[1]
+    damage_image(bad, damage)
+    with pytest.raises(DataError) as error:
+        first_batch(cfg)
+    assert str(bad) in str(error.value) and 'is invalid' in str(error.value)
 
 
 ADE20K_DEFECTS = {  # damage: what the message must say

@@ -14,9 +14,9 @@ therefore
    annotation file (while loading it) or the sample's files (while loading a
    sample) to any error, and which stops on invalid data
    (:mod:`.data_validation`): COCO annotations are checked while their file
-   loads, each sample's label map the first time the sample is read.
-
-Images that cannot be decoded are already named by mmcv's ``LoadImageFromFile``.
+   loads, each sample's label map and image the first time the sample is read,
+   so an image that cannot be decoded in full is named before OpenCV decodes
+   nothing from it (or, OpenCV 4, its missing rows grey).
 """
 from __future__ import annotations
 

@@ -51,6 +51,10 @@ LISTED = 20
 """Problems quoted in an error message; ``tools/check_data.py`` lists all."""
 CLASSES = 'metainfo classes'
 """The ``where`` of a split's problem with its classes (:func:`absent_classes`)."""
+MIN_16_BIT_LEVELS = 16
+"""The fewest 8-bit levels a 16-bit image may decode to. A 16-bit image decoding to fewer spans less than 12 bits
+and decodes near black (values 0..1000 to 0..3), which training learns nothing from; 12-bit data (0..4095)
+decodes to the 16 levels 0..15."""
 
 
 class DataError(RuntimeError):
@@ -113,10 +117,30 @@ def ranges(values: Iterable[int]) -> str:
 def image_size(path: str) -> tuple[int, int]:
     """``(height, width)`` of an image as OpenCV decodes it (EXIF orientation applied), from its header."""
     with Image.open(path) as image:
-        width, height = image.size
-        if image.getexif().get(EXIF_ORIENTATION, 1) in TRANSPOSED_ORIENTATIONS:
-            width, height = height, width
+        return oriented_size(image)
+
+
+def oriented_size(image: Image.Image) -> tuple[int, int]:
+    """``(height, width)`` of an opened image as OpenCV decodes it (EXIF orientation applied)."""
+    width, height = image.size
+    if image.getexif().get(EXIF_ORIENTATION, 1) in TRANSPOSED_ORIENTATIONS:
+        width, height = height, width
     return height, width
+
+
+def is_16_bit(image: Image.Image) -> bool:
+    """Whether an opened (not yet loaded) image stores 16 bits per channel.
+
+    Pillow opens a 16-bit colour PNG as 8-bit ``'RGB'``; the raw mode of its tiles (``'RGB;16B'``, ``'I;16B'``)
+    tells the stored depth, and ``load()`` drops the tiles.
+    """
+    return any(';16' in (tile.args if isinstance(tile.args, str) else tile.args[0]) for tile in image.tile)
+
+
+def unreadable_image(path: str, reason: str) -> Problem:
+    """The problem of an image the loader cannot decode in full, ``reason`` saying why."""
+    return Problem(path, f'cannot be read as an image ({reason})',
+                   'a complete JPEG or PNG file (copy or export it again, or remove the sample)')
 
 
 Rescale = tuple[str, tuple[int, int]]
@@ -172,35 +196,53 @@ def rescale_problems(path: str, size: tuple[int, int], rescales: Sequence[Rescal
 
 
 def image_problems(path: str, rescales: Sequence[Rescale] = ()) -> list[Problem]:
-    """What the pipeline makes of an image: too small for its resizes, constant, or 16-bit.
+    """What the pipeline makes of an image: not decodable in full, too small for its resizes, constant, or 16-bit.
 
-    The image is decoded as ``LoadImageFromFile`` does (``mmcv.imread``, 8-bit colour). A constant image
-    carries no signal (usually a broken export). OpenCV converts 16-bit pixels to 8 bits as
-    ``round(value / 256)``: an image whose values stay below 128 decodes to all zeros, any 16-bit image
+    The image is decoded as ``LoadImageFromFile`` does (``mmcv.imread``: OpenCV, 8-bit colour) and in full by
+    Pillow, since OpenCV decodes a file cut short to nothing (OpenCV 5) or to the rows it holds, grey below
+    (OpenCV 4). A constant image carries no signal (usually a broken export). OpenCV converts a 16-bit value to
+    8 bits as ``value // 256``: an image whose values stay below 256 decodes to all zeros, one whose values span
+    less than about 12 bits to fewer than :data:`MIN_16_BIT_LEVELS` levels (near black), and any 16-bit image
     loses its low 8 bits.
     """
     import mmcv
-    with Image.open(path) as image:
-        mode = image.mode
-    problems = rescale_problems(path, image_size(path), rescales)
+    try:
+        with Image.open(path) as image:
+            sixteen_bit = is_16_bit(image)
+            image.load()  # Image.open reads the header only: a file cut short fails here
+            problems = rescale_problems(path, oriented_size(image), rescales)
+    except (OSError, ValueError) as error:
+        return [unreadable_image(path, f'{type(error).__name__}: {error}')]
     decoded = mmcv.imread(path, 'color')
+    if decoded is None:
+        return [unreadable_image(path, "OpenCV, the decoder of mmcv's LoadImageFromFile, decodes no image from it: "
+                                       'the file is truncated or corrupt')]
     constant = bool((decoded == decoded[0, 0]).all())
-    if not (mode.startswith('I;16') or mode == 'I'):
+    rgb = tuple(decoded[0, 0, ::-1].tolist())
+    if not sixteen_bit:
         if constant:
-            problems.append(Problem(path, f'decodes to the constant colour {tuple(decoded[0, 0, ::-1].tolist())} '
-                                          '(RGB) in every pixel: it carries no signal',
+            problems.append(Problem(path, f'decodes to the constant colour {rgb} (RGB) in every pixel: it carries '
+                                          'no signal',
                                     'an image with content (a constant one is usually a broken export: export it '
                                     'again or remove the sample)'))
         return problems
+    stored = mmcv.imread(path, 'unchanged')
+    kind = 'greyscale' if stored.ndim == 2 else 'colour'
+    if stored.ndim == 3:
+        stored = stored[..., :3]  # the colour loader drops an alpha channel
+    decodes = (f'is a 16-bit {kind} image of values {stored.min()}..{stored.max()}, which the 8-bit colour loader '
+               '(value // 256) decodes to')
+    valid = ("an 8-bit image, a 16-bit one that spans the 16-bit range, or color_type='unchanged' in "
+             'LoadImageFromFile with a normalisation for its range')
     lo, hi = int(decoded.min()), int(decoded.max())
-    if lo == hi:
-        return problems + [Problem(
-            path, f'is a 16-bit image (PNG mode {mode!r}) that the 8-bit colour loader decodes to the constant {lo} '
-                  '(round(value / 256))',
-            "an 8-bit image, a 16-bit one that spans the 16-bit range, or color_type='unchanged' in "
-            'LoadImageFromFile with a normalisation for its range')]
-    return problems + [Problem(path, f'is a 16-bit image (PNG mode {mode!r}), decoded at 8 bits ({lo}..{hi})',
-                               'an 8-bit image (the loader drops the low 8 bits)', error=False)]
+    if constant:
+        value = f'the constant {lo}' if kind == 'greyscale' else f'the constant colour {rgb} (RGB)'
+        return problems + [Problem(path, f'{decodes} {value} in every pixel: it carries no signal', valid)]
+    if hi - lo + 1 < MIN_16_BIT_LEVELS:
+        return problems + [Problem(path, f'{decodes} {lo}..{hi}: {hi - lo + 1} of 256 levels, a near-black image '
+                                         'that training learns nothing from', valid)]
+    return problems + [Problem(path, f'{decodes} {lo}..{hi}', 'an 8-bit image (the loader drops the low 8 bits)',
+                               error=False)]
 
 
 @dataclass(frozen=True)
@@ -218,11 +260,7 @@ class ImageCheck:
         return self(info), frozenset()
 
     def __call__(self, info: Mapping) -> list[Problem]:
-        try:
-            return image_problems(info['img_path'], self.rescales)
-        except (OSError, ValueError) as error:
-            return [Problem(info['img_path'], f'cannot be read as an image ({type(error).__name__}: {error})',
-                            'a JPEG or PNG image')]
+        return image_problems(info['img_path'], self.rescales)
 
 
 @dataclass(frozen=True)
@@ -316,8 +354,7 @@ class LabelMapCheck:
         try:
             size = image_size(info['img_path'])
         except (OSError, ValueError) as error:
-            problems.append(Problem(info['img_path'], f'cannot be read as an image ({type(error).__name__}: {error})',
-                                    'a JPEG or PNG image'))
+            problems.append(unreadable_image(info['img_path'], f'{type(error).__name__}: {error}'))
         else:
             if array.shape != size:
                 problems.append(Problem(path, f'is {array.shape[0]}x{array.shape[1]} (HxW) but its image '
