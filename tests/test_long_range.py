@@ -352,3 +352,44 @@ def test_plan_runs_run_by_run_so_a_stopped_sweep_leaves_whole_paired_sets():
     assert [(i['run'], i['attention']) for i in items] == [
         (r, a) for r in (1000, 1001, 1002) for a in ('lisa', 'softmax')]
     assert {(i['lr'], i['iters'], i['layers']) for i in items} == {(2e-3, 2000, 1)}
+
+
+def test_run_configs_are_written_safely_from_parallel_runs(tmp_path):
+    """Config.fromfile of an 'mmseg::' base is not thread-safe (pkg_resources): started at once,
+    threads failed with a TypeError before the tool took a lock around it."""
+    import threading
+
+    from mmengine.config import Config
+    errors, start = [], threading.Barrier(12)
+
+    def write(i: int, attention: str) -> None:
+        start.wait()  # all at once
+        try:
+            folder = tmp_path / str(i)
+            folder.mkdir()
+            tool.write_config(dict(task='lookup-hops2', attention=attention, layers=1, lr=2e-3), folder)
+        except Exception as error:  # noqa: BLE001 - collected and asserted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=write, args=(i, a)) for i, a in enumerate(['lisa', 'softmax', 'flatten'] * 4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert Config.fromfile(tmp_path / '2' / 'config.py').model.backbone.attn_cfgs.type == 'flatten'
+
+
+def test_a_failed_run_stops_the_sweep_before_the_runs_not_yet_started(tmp_path, monkeypatch):
+    started = []
+
+    def fake_run(item, data, work_dir, threads):
+        started.append(item['run'])
+        raise RuntimeError(f"run {item['run']} failed")
+
+    monkeypatch.setattr(tool, 'run_one', fake_run)
+    monkeypatch.setattr(tool, 'data_for', lambda task, run, *args: tmp_path / str(run))
+    with pytest.raises(RuntimeError, match='failed'):
+        tool.main(['--setting', 'quick', '--tasks', 'lookup-hops2', '--attentions', 'lisa', '--runs', '6',
+                   '--work-dir', str(tmp_path / 'wd'), '--markdown', str(tmp_path / 'lr.md')])
+    assert len(started) == 1

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from mmengine.config import Config
@@ -74,7 +74,8 @@ def parameter_count(config: Path) -> int:
 
 def write_config(item: dict, run_dir: Path) -> Path:
     """``run_dir/config.py``: the task's config with the attention's ``attn_cfgs``, the layer count and the lr."""
-    attn = Config.fromfile(ROOT / ATTENTION_CONFIG.format(item['attention'])).model.backbone.attn_cfgs.to_dict()
+    with LOCK:  # Config.fromfile resolves 'mmseg::' through pkg_resources, which is not thread-safe
+        attn = Config.fromfile(ROOT / ATTENTION_CONFIG.format(item['attention'])).model.backbone.attn_cfgs.to_dict()
     config = run_dir / 'config.py'
     config.write_text(f"_base_ = ['{ROOT / TASKS[item['task']][2]}']\n"
                       f"model = dict(backbone=dict(attn_cfgs=dict(_delete_=True, **{attn!r}), "
@@ -135,7 +136,12 @@ def execute(items: list[dict], rows: list[dict], rows_path: Path, args: argparse
               f"{item['run']}: {report.per_run(new)[item['run']]:.1f} % in {new[0]['seconds']:.0f} s", flush=True)
 
     with ThreadPoolExecutor(args.jobs) as pool:
-        list(pool.map(one, todo))
+        futures = [pool.submit(one, item) for item in todo]
+        for future in as_completed(futures):
+            if future.exception():  # stop at the first failure: the runs under way end, the rest do not start
+                for f in futures:
+                    f.cancel()
+                raise future.exception()
 
 
 def plan(args: argparse.Namespace, setting: dict, phase: str, lrs: dict | None = None) -> list[dict]:
