@@ -110,3 +110,9 @@ def test_config_changes_lists_each_changed_leaf():
     old = dict(a=dict(lr=0.01, betas=(0.9, 0.999)), s=[dict(end=8)], init_cfg=dict(checkpoint='x'))
     new = dict(a=dict(lr=0.02, betas=(0.9, 0.99)), s=[dict(end=8)], init_cfg=None)
     assert config_changes(old, new) == ['a.betas[1]: 0.999 -> 0.99', 'a.lr: 0.01 -> 0.02']
+
+
+def test_allow_mismatch_is_refused_on_a_resume(four_iters):
+    """The restored optimizer state of a re-shaped tensor has the checkpoint's shape: a new run only."""
+    with pytest.raises(IncompleteCheckpointError, match=r'(?s)initialised \(3\).*allow_mismatch is for starting a new'):
+        resume(four_iters, model=dict(type='ToyRegressor', hidden=8), allow_mismatch=['net.*'])

@@ -5,7 +5,8 @@ runs those; this one adds CPU multi-process support, a preflight and a safe
 runtime):
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT] [--override-optim] [--accept-changes]]
-                          [--allow-new GLOB ...] [--allow-unused GLOB ...] [--amp] [--check-data] [--dry-run]
+                          [--allow-new GLOB ...] [--allow-unused GLOB ...] [--allow-mismatch GLOB ...]
+                          [--amp] [--check-data] [--dry-run]
     torchrun --nproc_per_node N tools/train.py CONFIG --launcher pytorch
 
 ``--dry-run`` builds the model, loads its weights, reads one batch of each data
@@ -45,6 +46,10 @@ def parse_args() -> argparse.Namespace:
                         help='on --resume, continue with the changed settings the resume lists (model / data as '
                              'configured, optimizer and schedule as restored unless --override-optim)')
     add_allow_args(parser)
+    parser.add_argument('--allow-mismatch', nargs='+', metavar='GLOB',
+                        help="tensors of the model whose shape in the load_from checkpoint differs, e.g. a head "
+                             "trained for other classes (fnmatch globs, or a preset: 'seg_head', 'det_head', "
+                             "'cls_head'); left as initialised")
     parser.add_argument('--amp', action='store_true',
                         help='automatic mixed precision (fp16 on CUDA, bf16 autocast on a CPU)')
     parser.add_argument('--check-data', action='store_true',
@@ -94,7 +99,8 @@ def main() -> None:
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         'work_dirs', osp.splitext(osp.basename(args.config))[0])
     add_safe_runtime(cfg, allow_new=args.allow_new, allow_unused=args.allow_unused,
-                     override_optim=args.override_optim, accept_changes=args.accept_changes)
+                     allow_mismatch=args.allow_mismatch, override_optim=args.override_optim,
+                     accept_changes=args.accept_changes)
     if args.amp:
         try:
             print(enable_amp(cfg), file=sys.stderr)

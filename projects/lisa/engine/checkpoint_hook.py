@@ -218,7 +218,8 @@ class SafeRuntimeHook(Hook):
     - every checkpoint load (``load_from``, ``--resume``, ``tools/test.py``): refuses
       non-finite weights, naming the file, and loads only through the strict report of
       :func:`~projects.lisa.models.backbones.loading.check_state_dict` (every tensor
-      loaded, unless named in ``allow_new`` / ``allow_unused``).
+      loaded, unless named in ``allow_new`` / ``allow_unused``; ``allow_mismatch`` names the
+      tensors of another shape that keep the model's initialisation, for ``load_from`` only).
     - on a resume, compares the config with the one stored in the checkpoint
       (:func:`~.resume.resume_changes`) and stops on a change, unless
       ``override_optim`` (the config's optimizer settings and schedule replace the
@@ -230,11 +231,12 @@ class SafeRuntimeHook(Hook):
     priority = 'HIGHEST'
 
     def __init__(self, allow_new: str | Sequence[str] = (), allow_unused: str | Sequence[str] = (),
-                 override_optim: bool = False, accept_changes: bool = False) -> None:
+                 allow_mismatch: str | Sequence[str] = (), override_optim: bool = False,
+                 accept_changes: bool = False) -> None:
         for name, flag in dict(override_optim=override_optim, accept_changes=accept_changes).items():
             if not isinstance(flag, bool):
                 raise ValueError(f'SafeRuntimeHook: {name}={flag!r} must be True or False')
-        self.allow_new, self.allow_unused = allow_new, allow_unused
+        self.allow_new, self.allow_unused, self.allow_mismatch = allow_new, allow_unused, allow_mismatch
         self.override_optim, self.accept_changes = override_optim, accept_changes
         self._replay_schedule = False
 
@@ -264,14 +266,19 @@ class SafeRuntimeHook(Hook):
         optim, run = resume_changes(checkpoint['meta']['cfg'], runner.cfg) if (
             runner._resume and 'cfg' in checkpoint.get('meta', {})) else ([], [])
         try:
-            report, adapted = check_state_dict(model, state_dict, source, self.allow_new, self.allow_unused)
+            report, to_load = check_state_dict(model, state_dict, source, self.allow_new, self.allow_unused,
+                                               self.allow_mismatch)
         except IncompleteCheckpointError as error:
             if run:
                 raise IncompleteCheckpointError(f'{error}\nthe config changed since the checkpoint:\n  '
                                                 + '\n  '.join(run)) from None
             raise
-        ignored = set(report.ignored)
-        checkpoint['state_dict'] = {k: v for k, v in adapted.items() if k not in ignored}  # what was checked
+        if runner._resume and report.allowed_mismatch:
+            raise IncompleteCheckpointError(
+                f'{report}\nallow_mismatch is for starting a new run from a checkpoint (load_from): a resume '
+                'restores the optimizer state of these tensors in the checkpoint\'s shapes. Start a new run from '
+                f'{source} (load_from, another work dir) instead.')
+        checkpoint['state_dict'] = to_load  # what was checked
         runner.logger.info(str(report))
         self._check_changes(runner, checkpoint, source, optim, run)
 
