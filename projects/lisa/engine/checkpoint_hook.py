@@ -7,8 +7,9 @@ truncated one that ``--resume`` cannot read. :class:`SafeCheckpointHook` keeps
 MMEngine's arguments and file names and changes the order of a save:
 
 1. refuse to save non-finite weights (:class:`~.nonfinite.NonFiniteError`), and refuse a save the
-   disk has no room for (:class:`NoSpaceForCheckpointError`: the previous checkpoint's size plus a
-   margin must be free, checked again when a resumed run starts);
+   disk has no room for (:class:`NoSpaceForCheckpointError`: the previous checkpoint's size, or before
+   the first one the size of the model's and optimizer's tensors, plus a margin must be free; checked
+   also when a run starts, and a write that fills the disk ends with the same message);
 2. write ``<name>.tmp``, ``fsync`` it, rename it to ``<name>`` and ``fsync`` the folder (a write
    that fails removes its ``.tmp``);
 3. replace ``last_checkpoint`` the same way, so it only ever names a complete file;
@@ -25,6 +26,7 @@ need not repeat ``default_hooks``.
 from __future__ import annotations
 
 import copy
+import errno
 import glob
 import os
 import os.path as osp
@@ -32,6 +34,7 @@ import re
 import shutil
 from collections.abc import Mapping, Sequence
 
+import torch
 from mmengine.dist import all_gather_object, get_rank, get_world_size, is_main_process
 from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook, Hook
@@ -78,6 +81,17 @@ class NoSpaceForCheckpointError(OSError):
     """The disk cannot hold the next checkpoint beside the kept ones."""
 
 
+def state_bytes(state) -> int:
+    """The bytes of the tensors in a (nested) state dict."""
+    if isinstance(state, torch.Tensor):
+        return state.nbytes
+    if isinstance(state, Mapping):
+        return sum(state_bytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(state_bytes(v) for v in state)
+    return 0
+
+
 #: Free space asked for beyond the size of the previous checkpoint: it grows a little as the
 #: message hub's history grows.
 SPACE_MARGIN = 0.05
@@ -94,28 +108,46 @@ class SafeCheckpointHook(CheckpointHook):
             return
         remove_partial_saves(self.out_dir, runner.logger.warning)
         self._remove(runner.message_hub.runtime_info.get('outdated_ckpt_ids', []))  # a removal interrupted by a kill
-        previous = self._previous_checkpoint(runner)
-        if previous:  # a resume: stop now rather than at the first save
-            self._check_space(f'the checkpoint after {osp.basename(previous)}', osp.getsize(previous))
+        previous = self._previous_checkpoint(runner)  # stop now rather than at a save
+        self._check_space(f'the checkpoint after {osp.basename(previous)}' if previous else 'the first checkpoint',
+                          self._space_needed(runner))
 
     def _previous_checkpoint(self, runner) -> str | None:
         path = self.last_ckpt or runner.message_hub.get_info('last_ckpt')
         return path if path and osp.isfile(path) else None
 
-    def _check_space(self, filename: str, previous: int) -> None:
-        """Raise :class:`NoSpaceForCheckpointError` unless ``out_dir`` has room for a checkpoint of ``previous``
-        bytes plus the margin."""
-        needed = int(previous * (1 + SPACE_MARGIN)) + SPACE_MARGIN_BYTES
-        free = shutil.disk_usage(self.out_dir).free
-        if free < needed:
-            keep = self.max_keep_ckpts
-            advice = (f'max_keep_ckpts={keep}: an atomic save holds max_keep_ckpts + 1 = {keep + 1} checkpoints '
-                      f'at once, so the disk needs about {(keep + 1) * needed} bytes for them' if keep > 0 else
-                      'max_keep_ckpts=-1 keeps every checkpoint: set max_keep_ckpts')
-            raise NoSpaceForCheckpointError(
-                f'not saving {filename}: {free} bytes free in {self.out_dir}, it needs about {needed} (the previous '
-                f'checkpoint took {previous} bytes + margin). {advice}. Free space, lower max_keep_ckpts, or set '
-                'out_dir on a larger disk; then resume.')
+    def _space_needed(self, runner) -> tuple[int, str]:
+        """The free bytes the next checkpoint needs (its estimated size plus the margin), and the estimate's basis:
+        the previous checkpoint's size, else the bytes of the model's and optimizer's tensors."""
+        previous = self._previous_checkpoint(runner)
+        if previous:
+            size = osp.getsize(previous)
+            basis = f'the previous checkpoint took {size} bytes'
+        else:
+            model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+            size = state_bytes(model.state_dict()) + (state_bytes(runner.optim_wrapper.state_dict())
+                                                      if self.save_optimizer else 0)
+            basis = f'the model and optimizer state take {size} bytes'
+        return int(size * (1 + SPACE_MARGIN)) + SPACE_MARGIN_BYTES, basis
+
+    def _no_space(self, filename: str, space: tuple[int, str], why: str = '') -> NoSpaceForCheckpointError:
+        """The error for a save of ``filename`` that ``out_dir`` has no room for; ``space``: of
+        :meth:`_space_needed`, ``why``: what happened."""
+        needed, basis = space
+        keep = self.max_keep_ckpts
+        advice = (f'max_keep_ckpts={keep}: an atomic save holds max_keep_ckpts + 1 = {keep + 1} checkpoints '
+                  f'at once, so the disk needs about {(keep + 1) * needed} bytes for them' if keep > 0 else
+                  'max_keep_ckpts=-1 keeps every checkpoint: set max_keep_ckpts')
+        return NoSpaceForCheckpointError(
+            f'not saving {filename}{why}: {shutil.disk_usage(self.out_dir).free} bytes free in {self.out_dir}, it '
+            f'needs about {needed} ({basis} + margin). {advice}. Free space, lower max_keep_ckpts, or set out_dir on '
+            'a larger disk; then run again with --resume.')
+
+    def _check_space(self, filename: str, space: tuple[int, str]) -> None:
+        """Raise :class:`NoSpaceForCheckpointError` unless ``out_dir`` has room for ``space``
+        (of :meth:`_space_needed`)."""
+        if shutil.disk_usage(self.out_dir).free < space[0]:
+            raise self._no_space(filename, space)
 
     def _remove(self, steps: list[int]) -> None:
         for step in steps:
@@ -136,9 +168,9 @@ class SafeCheckpointHook(CheckpointHook):
                                  'checkpoint with finite weights is kept')
         self._rng_states = all_gather_object(rng_state())  # every rank, before the master-only save
         filename = self.filename_tmpl.format(step)
-        previous = self._previous_checkpoint(runner)
-        if is_main_process() and previous:
-            self._check_space(filename, osp.getsize(previous))
+        space = self._space_needed(runner)
+        if is_main_process():
+            self._check_space(filename, space)
 
         outdated = []
         if self.max_keep_ckpts > 0 and not (self.keep_ckpt_ids and self.keep_ckpt_ids[-1] == step):
@@ -155,9 +187,11 @@ class SafeCheckpointHook(CheckpointHook):
                 self.out_dir, filename + '.tmp', self.file_client_args, save_optimizer=self.save_optimizer,
                 save_param_scheduler=self.save_param_scheduler, meta=meta, by_epoch=self.by_epoch,
                 backend_args=self.backend_args, **self.args)
-        except BaseException:  # a full disk, a kill: the partial file goes, the kept checkpoints stay
+        except BaseException as error:  # a full disk, a kill: the partial file goes, the kept checkpoints stay
             if is_main_process() and osp.isfile(self.last_ckpt + '.tmp'):
                 os.remove(self.last_ckpt + '.tmp')
+            if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+                raise self._no_space(filename, space, f': the disk filled up during the save ({error})') from error
             raise
         if not is_main_process():
             return
