@@ -25,12 +25,13 @@ import sys
 from mmengine.config import Config, DictAction
 
 from projects.lisa.engine.amp import enable_amp
-from projects.lisa.engine.checkpoint_hook import remove_partial_saves
+from projects.lisa.engine.checkpoint_hook import ResumeConfigError, remove_partial_saves
 from projects.lisa.engine.data_check import Runner, check_data_roots
 from projects.lisa.engine.data_validation import check_config_data, report
 from projects.lisa.engine.dist import setup_cpu_distributed
 from projects.lisa.engine.resume import find_resumable_checkpoint
 from projects.lisa.engine.safe_runtime import add_allow_args, add_safe_runtime
+from projects.lisa.models.backbones.loading import IncompleteCheckpointError
 
 
 def parse_args() -> argparse.Namespace:
@@ -78,9 +79,13 @@ def choose_resume(cfg: Config, resume: str | None) -> None:
     for bad, why in skipped:
         if talk:
             print(f'--resume: skipping {bad}: {why}', file=sys.stderr)
+    found = sum(osp.dirname(bad) == cfg.work_dir for bad, _ in skipped)  # the checkpoints in the work dir
+    if path is None and found:
+        sys.exit(f'--resume: no checkpoint in {cfg.work_dir} can be resumed from ({found} found, see above); '
+                 'pass one with --resume CKPT, or move them away to start afresh')
     if path is None and skipped:
-        sys.exit(f'--resume: none of the {len(skipped)} checkpoints in {cfg.work_dir} can be resumed from (see '
-                 'above); pass one with --resume CKPT, or move them away to start afresh')
+        sys.exit(f'--resume: no checkpoint in {cfg.work_dir} to resume from, and its last_checkpoint names one '
+                 'elsewhere (see above); pass that one with --resume CKPT, or delete last_checkpoint to start afresh')
     if talk:
         print(f'--resume: resuming from {path}' if path else
               f'--resume: no checkpoint in {cfg.work_dir}; starting from the beginning', file=sys.stderr)
@@ -123,7 +128,12 @@ def main() -> None:
     if os.environ.get('RANK', '0') == '0' and osp.isdir(cfg.work_dir):
         remove_partial_saves(cfg.work_dir, lambda line: print(line, file=sys.stderr))  # room for the new log
     setup_cpu_distributed(cfg)
-    Runner.from_cfg(cfg).train()
+    try:
+        Runner.from_cfg(cfg).train()
+    except (ResumeConfigError, IncompleteCheckpointError) as error:  # a refusal with its reason, not a crash
+        if os.environ.get('RANK', '0') == '0':
+            print(error, file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == '__main__':

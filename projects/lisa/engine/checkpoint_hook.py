@@ -32,6 +32,7 @@ import os
 import os.path as osp
 import re
 import shutil
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -45,7 +46,7 @@ from mmengine.runner import IterBasedTrainLoop
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError, check_state_dict, model_state_dict
 
 from .nonfinite import NonFiniteError, nonfinite_tensors
-from .resume import RestoreAfterReplay, resume_changes, rng_state, set_rng_state
+from .resume import RestoreAfterReplay, optimizer_types, resume_changes, rng_state, set_rng_state
 
 
 def fsync_path(path: str) -> None:
@@ -239,6 +240,12 @@ class ResumeConfigError(ValueError):
     """The config of a resumed run differs from the one its checkpoint was trained with."""
 
 
+def lr_summary(lrs: Sequence[float]) -> str:
+    """Each learning rate once, with the number of param groups that have it."""
+    return ', '.join(f'{lr} ({n} param group{"s" if n > 1 else ""})'
+                     for lr, n in Counter(f'{lr:.6g}' for lr in lrs).items())
+
+
 @HOOKS.register_module()
 class SafeRuntimeHook(Hook):
     """Checkpoints saved safely and loaded strictly, and a resume that does what its config says.
@@ -257,9 +264,10 @@ class SafeRuntimeHook(Hook):
     - on a resume, compares the config with the one stored in the checkpoint
       (:func:`~.resume.resume_changes`) and stops on a change, unless
       ``override_optim`` (the config's optimizer settings and schedule replace the
-      restored ones; the optimizer's moments are kept) or ``accept_changes`` (continue
-      with the changed model / data, and the checkpoint's optimizer and schedule) says
-      how to proceed; either way the changes are logged.
+      restored ones; the optimizer's moments are kept, or with another optimizer type
+      the optimizer starts afresh) or ``accept_changes`` (continue with the changed
+      model / data, and the checkpoint's optimizer and schedule) says how to proceed;
+      either way the changes are logged.
     """
 
     priority = 'HIGHEST'
@@ -297,52 +305,83 @@ class SafeRuntimeHook(Hook):
                                  f'non-finite (first: {bad[:3]}); the run that saved it had diverged. Load or resume '
                                  'an earlier checkpoint: the weights, not the gradients or the lr of this run, are '
                                  'the cause')
-        optim, run = resume_changes(checkpoint['meta']['cfg'], runner.cfg) if (
-            runner._resume and 'cfg' in checkpoint.get('meta', {})) else ([], [])
+        saved_cfg = checkpoint.get('meta', {}).get('cfg') if runner._resume else None
+        optim, run = resume_changes(saved_cfg, runner.cfg) if saved_cfg else ([], [])
         try:
             report, to_load = check_state_dict(model, state_dict, source, self.allow_new, self.allow_unused,
                                                self.allow_mismatch)
         except IncompleteCheckpointError as error:
+            if runner._resume and error.report.mismatched:
+                error = IncompleteCheckpointError(f'{error}\n{self._no_mismatch_on_resume(source)}', error.report)
             if run:
                 raise IncompleteCheckpointError(f'{error}\nthe config changed since the checkpoint:\n  '
-                                                + '\n  '.join(run)) from None
-            raise
+                                                + '\n  '.join(run), error.report) from None
+            raise error from None
         if runner._resume and report.allowed_mismatch:
-            raise IncompleteCheckpointError(
-                f'{report}\nallow_mismatch is for starting a new run from a checkpoint (load_from): a resume '
-                'restores the optimizer state of these tensors in the checkpoint\'s shapes. Start a new run from '
-                f'{source} (load_from, another work dir) instead.')
+            raise IncompleteCheckpointError(f'{report}\n{self._no_mismatch_on_resume(source)}', report)
         checkpoint['state_dict'] = to_load  # what was checked
         runner.logger.info(str(report))
-        self._check_changes(runner, checkpoint, source, optim, run)
+        if saved_cfg:
+            self._check_changes(runner, checkpoint, source, optim, run, optimizer_types(saved_cfg, runner.cfg))
 
-    def _check_changes(self, runner, checkpoint: dict, source: str, optim: list[str], run: list[str]) -> None:
-        stopping = ([] if self.override_optim or self.accept_changes else optim) + ([] if self.accept_changes else run)
+    @staticmethod
+    def _no_mismatch_on_resume(source: str) -> str:
+        return ('allow_mismatch does not apply to a resume: the restored optimizer state has the checkpoint\'s '
+                f'shapes. To fine-tune the changed model, start a new run from {source} (load_from, another work '
+                'dir) with allow_mismatch.')
+
+    def _check_changes(self, runner, checkpoint: dict, source: str, optim: list[str], run: list[str],
+                       types: tuple[str | None, str | None]) -> None:
+        """Stop on the changes that no flag covers; apply ``override_optim``; log the changes."""
+        stop_optim = bool(optim) and not (self.override_optim or self.accept_changes)
+        stopping = (optim if stop_optim else []) + ([] if self.accept_changes else run)
         if stopping:
+            if stop_optim:  # --override-optim helps only with these
+                ways = ('On a resume the checkpoint\'s optimizer and scheduler state replace the config\'s. Resume '
+                        'with --override-optim to apply the new optimizer settings and schedule to the restored '
+                        'state, with --accept-changes to continue with the changed settings (optimizer and schedule '
+                        'as restored)')
+            else:
+                ways = 'Resume with --accept-changes to continue with the changed settings'
             raise ResumeConfigError(
                 f'--resume: the config differs from the one {source} was trained with:\n  ' + '\n  '.join(stopping)
-                + '\nOn a resume the checkpoint\'s optimizer and scheduler state replace the config\'s. Resume with '
-                '--override-optim to apply the new optimizer settings and schedule to the restored state, with '
-                '--accept-changes to continue with the changed settings (optimizer and schedule as restored), '
-                'or start a new run from the checkpoint (load_from, another work dir).')
+                + f'\n{ways}, or start a new run from the checkpoint (load_from, another work dir).')
+        old_type, new_type = types
+        if old_type != new_type and not self.override_optim:
+            raise ResumeConfigError(
+                f'--accept-changes: the optimizer type changed ({old_type!r} -> {new_type!r}), so the restored '
+                f'optimizer state of {source} does not fit this config\'s optimizer. Resume with --override-optim '
+                'to start it from a fresh optimizer state, or keep the optimizer type.')
         if optim and self.override_optim:
-            restored = checkpoint.get('optimizer', {})
-            if 'param_groups' not in restored or len(restored['param_groups']) != len(
-                    runner.optim_wrapper.optimizer.param_groups):
-                raise ResumeConfigError(f'--override-optim: {source} holds no optimizer state with the '
-                                        'param groups of this config\'s optimizer')
-            restored['param_groups'] = [
-                {**{k: copy.deepcopy(v) for k, v in fresh.items() if k != 'params'}, 'params': saved['params']}
-                for fresh, saved in zip(runner.optim_wrapper.optimizer.param_groups, restored['param_groups'])]
+            if old_type != new_type:
+                checkpoint.pop('optimizer', None)  # the config's optimizer as built: no state
+                what = (f'optimizer type changed ({old_type!r} -> {new_type!r}): starting from a fresh optimizer '
+                        'state with the config\'s settings and schedule')
+            else:
+                self._override_param_groups(runner, checkpoint.get('optimizer', {}), source)
+                what = ('applying the config\'s optimizer settings and schedule to the restored state (optimizer '
+                        'moments kept)')
             checkpoint.pop('param_schedulers', None)  # rebuilt from the config, replayed in before_train
             self._replay_schedule = True
-            runner.logger.warning('--override-optim: applying the config\'s optimizer settings and schedule to the '
-                                  'restored state (optimizer moments kept):\n  ' + '\n  '.join(optim))
+            runner.logger.warning(f'--override-optim: {what}:\n  ' + '\n  '.join(optim))
         elif optim:
             runner.logger.warning('--accept-changes: these optimizer / schedule settings are overridden by the '
                                   'restored state:\n  ' + '\n  '.join(optim))
         if run:
             runner.logger.warning('--accept-changes: continuing with the changed settings:\n  ' + '\n  '.join(run))
+
+    @staticmethod
+    def _override_param_groups(runner, restored: dict, source: str) -> None:
+        """The config's param group settings (lr, weight decay, ...) in the restored optimizer state."""
+        if 'param_groups' not in restored or len(restored['param_groups']) != len(
+                runner.optim_wrapper.optimizer.param_groups):
+            raise ResumeConfigError(f'--override-optim: {source} holds no optimizer state with the '
+                                    'param groups of this config\'s optimizer')
+        restored['param_groups'] = [
+            {**{k: copy.deepcopy(v) for k, v in fresh.items() if k != 'params'}, 'params': saved['params']}
+            for fresh, saved in zip(runner.optim_wrapper.optimizer.param_groups, restored['param_groups'])]
+        # the logged base_lr: the config's, which the schedule is replayed on (the restored one was stepped already)
+        restored.pop('base_param_settings', None)
 
     def before_train(self, runner) -> None:
         """After ``--override-optim``: step the config's schedulers to the resumed iteration / epoch."""
@@ -357,5 +396,5 @@ class SafeRuntimeHook(Hook):
                 for scheduler in schedulers:
                     if scheduler.by_epoch == by_epoch:
                         scheduler.step()
-        lrs = [f'{lr:.6g}' for lr in runner.optim_wrapper.get_lr()['lr']]
-        runner.logger.warning(f'--override-optim: schedule replayed to iteration {runner.iter}, lr {lrs}')
+        runner.logger.warning(f'--override-optim: schedule replayed to iteration {runner.iter}, '
+                              f'lr {lr_summary(runner.optim_wrapper.get_lr()["lr"])}')

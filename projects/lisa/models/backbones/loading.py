@@ -28,7 +28,11 @@ from torch import Tensor, nn
 
 
 class IncompleteCheckpointError(RuntimeError):
-    """A checkpoint leaves tensors of the model unloaded (or of the wrong shape)."""
+    """A checkpoint leaves tensors of the model unloaded (or of the wrong shape); ``report`` says which."""
+
+    def __init__(self, message: str, report: LoadReport) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 @dataclass
@@ -216,7 +220,7 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor], source:
         if report.unexpected:
             hint.append(f'If the unused tensors are unused by design, allow them: allow_unused='
                         f'{_globs(report.unexpected)}.')
-        raise IncompleteCheckpointError('\n'.join([str(report), *hint]))
+        raise IncompleteCheckpointError('\n'.join([str(report), *hint]), report)
     skipped = {*report.ignored, *(k for k, _, _ in report.allowed_mismatch)}
     return report, {k: v for k, v in adapted.items() if k not in skipped}
 
@@ -271,7 +275,7 @@ def load_pretrained(model: nn.Module, checkpoint: str, prefix: str | None = None
                         f'allow_new={_globs(report.missing)}.')
         if report.mismatched:
             hint.append(f'{MISMATCH_HINT} in init_cfg: allow_mismatch={_mismatch_globs(report.mismatched)}.')
-        raise IncompleteCheckpointError('\n'.join([str(report), *hint]))
+        raise IncompleteCheckpointError('\n'.join([str(report), *hint]), report)
     model.load_state_dict({k: converted[k] for k in report.loaded}, strict=False)
     print_log(str(report), logger='current', level=logging.INFO)
     return report
