@@ -103,3 +103,10 @@ def test_tools_train_takes_allow_mismatch(tmp_path, monkeypatch):
                                       '--allow-mismatch', 'net.3.*'])
     tools_train.main()
     assert (tmp_path / 'work' / 'iter_1.pth').is_file()
+
+
+def test_allow_mismatch_names_its_presets_when_an_entry_is_no_glob():
+    model = engine_toy.ToyRegressor()
+    with pytest.raises(ValueError, match=r"allow_mismatch=\[3\]: every entry must be a glob string or one of "
+                                         r"\['cls_head', 'det_head', 'seg_head'\], got 3"):
+        check_state_dict(model, model.state_dict(), 'toy', allow_mismatch=[3])

@@ -144,12 +144,12 @@ PRESETS: dict[str, dict[str, tuple[str, ...]]] = dict(
 
 def expand_globs(globs: str | Sequence[str], name: str) -> list[str]:
     """``globs`` as a list, names of the presets of argument ``name`` (:data:`PRESETS`) replaced by their globs."""
-    globs = [globs] if isinstance(globs, str) else list(globs)
+    globs, presets = [globs] if isinstance(globs, str) else list(globs), PRESETS[name]
     for g in globs:
         if not isinstance(g, str):
-            raise ValueError(f'{name}={globs!r}: every entry must be a glob string or one of '
-                             f'{sorted(PRESETS[name])}, got {g!r}')
-    return [p for g in globs for p in PRESETS[name].get(g, (g, ))]
+            raise ValueError(f'{name}={globs!r}: every entry must be a glob string'
+                             + (f' or one of {sorted(presets)}' if presets else '') + f', got {g!r}')
+    return [p for g in globs for p in presets.get(g, (g, ))]
 
 
 def _compare(report: LoadReport, own: Mapping[str, Tensor], loaded: Mapping[str, Tensor],
