@@ -1,9 +1,11 @@
-"""A full disk stops a save cleanly (issue 25, item 3).
+"""A full disk stops a save cleanly (issue 25, item 3; issue 39, item 4).
 
 The free space is simulated (``shutil.disk_usage`` as the hook sees it) and so is a write
 that fails half-way; no disk is filled. What must hold: the hook refuses a save that
 cannot fit, with the bytes and the ``max_keep_ckpts`` advice, before touching the kept
-checkpoint; a failed write leaves no partial file; a stale ``.tmp`` is removed at start.
+checkpoint, and before the first save too (estimated from the model's and optimizer's
+tensors); a write that fills the disk says the same; a failed write leaves no partial
+file; a stale ``.tmp`` is removed at start.
 """
 from __future__ import annotations
 
@@ -56,11 +58,61 @@ def test_a_save_that_fails_half_way_removes_its_partial_file(tmp_path, monkeypat
             raise OSError(errno.ENOSPC, 'No space left on device')
         return real_save(checkpoint, filename, **kwargs)
     monkeypatch.setattr(mm_runner, 'save_checkpoint', half_then_full)
-    with pytest.raises(OSError, match='No space left'):
+    with pytest.raises(NoSpaceForCheckpointError, match=r'No space left.* \(the previous checkpoint took \d+ bytes'):
         toy_runner(tmp_path).train()
     assert not list(tmp_path.glob('*.tmp'))
     assert torch.load(tmp_path / 'iter_2.pth', weights_only=False)['meta']['iter'] == 2
     assert (tmp_path / 'last_checkpoint').read_text().endswith('iter_2.pth')
+
+
+def state_bytes(runner) -> int:
+    """The bytes of the model's and the optimizer's tensors, from which a first checkpoint's size is estimated."""
+    tensors = [*runner.model.state_dict().values(),
+               *(v for state in runner.optim_wrapper.state_dict()['state'].values() for v in state.values())]
+    return sum(t.nbytes for t in tensors)
+
+
+def test_a_run_without_room_for_its_first_checkpoint_stops_at_start(tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoint_hook.shutil, 'disk_usage', lambda path: Usage(1, 1, 1000))
+    runner = toy_runner(tmp_path)
+    with pytest.raises(NoSpaceForCheckpointError) as error:
+        runner.train()
+    assert runner.iter == 0 and not list(tmp_path.glob('*.pth*'))  # before training, nothing written
+    needed = int(state_bytes(runner) * 1.05) + (1 << 20)  # no optimizer state yet: the model's
+    assert f'not saving the first checkpoint: 1000 bytes free in {tmp_path}, it needs about {needed}' in str(
+        error.value)
+
+
+def test_the_first_save_is_checked_with_the_optimizer_state_it_holds(tmp_path, monkeypatch):
+    runner = toy_runner(tmp_path)
+    free = int(sum(v.nbytes for v in runner.model.state_dict().values()) * 1.05) + (1 << 20)  # the model's only
+    monkeypatch.setattr(checkpoint_hook.shutil, 'disk_usage', lambda path: Usage(1, 1, free))
+    with pytest.raises(NoSpaceForCheckpointError) as error:
+        runner.train()
+    needed = int(state_bytes(runner) * 1.05) + (1 << 20)  # AdamW's moments now included
+    assert needed > free
+    assert f'not saving iter_2.pth: {free} bytes free in {tmp_path}, it needs about {needed}' in str(error.value)
+    assert not list(tmp_path.glob('*.pth*'))
+
+
+def test_a_full_disk_during_the_first_save_says_the_bytes_and_the_path(tmp_path, monkeypatch):
+    import mmengine.runner.runner as mm_runner
+    free = [10 ** 12]
+
+    def full(checkpoint, filename, **kwargs):
+        with open(filename, 'wb') as f:
+            f.write(b'\0' * 1000)
+        free[0] = 500
+        raise OSError(errno.ENOSPC, 'No space left on device')
+    monkeypatch.setattr(mm_runner, 'save_checkpoint', full)
+    monkeypatch.setattr(checkpoint_hook.shutil, 'disk_usage', lambda path: Usage(1, 1, free[0]))
+    runner = toy_runner(tmp_path)
+    with pytest.raises(NoSpaceForCheckpointError) as error:
+        runner.train()
+    needed = int(state_bytes(runner) * 1.05) + (1 << 20)
+    assert (f'not saving iter_2.pth: the disk filled up during the save ([Errno 28] No space left on device): '
+            f'500 bytes free in {tmp_path}, it needs about {needed}') in str(error.value)
+    assert not list(tmp_path.glob('*.tmp'))
 
 
 class Crash(Exception):

@@ -5,7 +5,8 @@ runs those; this one adds CPU multi-process support, a preflight and a safe
 runtime):
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT] [--override-optim] [--accept-changes]]
-                          [--allow-new GLOB ...] [--allow-unused GLOB ...] [--amp] [--check-data] [--dry-run]
+                          [--allow-new GLOB ...] [--allow-unused GLOB ...] [--allow-mismatch GLOB ...]
+                          [--amp] [--check-data] [--dry-run]
     torchrun --nproc_per_node N tools/train.py CONFIG --launcher pytorch
 
 ``--dry-run`` builds the model, loads its weights, reads one batch of each data
@@ -24,12 +25,13 @@ import sys
 from mmengine.config import Config, DictAction
 
 from projects.lisa.engine.amp import enable_amp
-from projects.lisa.engine.checkpoint_hook import remove_partial_saves
+from projects.lisa.engine.checkpoint_hook import ResumeConfigError, remove_partial_saves
 from projects.lisa.engine.data_check import Runner, check_data_roots
 from projects.lisa.engine.data_validation import check_config_data, report
 from projects.lisa.engine.dist import setup_cpu_distributed
 from projects.lisa.engine.resume import find_resumable_checkpoint
 from projects.lisa.engine.safe_runtime import add_allow_args, add_safe_runtime
+from projects.lisa.models.backbones.loading import IncompleteCheckpointError
 
 
 def parse_args() -> argparse.Namespace:
@@ -45,6 +47,10 @@ def parse_args() -> argparse.Namespace:
                         help='on --resume, continue with the changed settings the resume lists (model / data as '
                              'configured, optimizer and schedule as restored unless --override-optim)')
     add_allow_args(parser)
+    parser.add_argument('--allow-mismatch', nargs='+', metavar='GLOB',
+                        help="tensors of the model whose shape in the load_from checkpoint differs, e.g. a head "
+                             "trained for other classes (fnmatch globs, or a preset: 'seg_head', 'det_head', "
+                             "'cls_head'); left as initialised")
     parser.add_argument('--amp', action='store_true',
                         help='automatic mixed precision (fp16 on CUDA, bf16 autocast on a CPU)')
     parser.add_argument('--check-data', action='store_true',
@@ -73,9 +79,13 @@ def choose_resume(cfg: Config, resume: str | None) -> None:
     for bad, why in skipped:
         if talk:
             print(f'--resume: skipping {bad}: {why}', file=sys.stderr)
+    found = sum(osp.dirname(bad) == cfg.work_dir for bad, _ in skipped)  # the checkpoints in the work dir
+    if path is None and found:
+        sys.exit(f'--resume: no checkpoint in {cfg.work_dir} can be resumed from ({found} found, see above); '
+                 'pass one with --resume CKPT, or move them away to start afresh')
     if path is None and skipped:
-        sys.exit(f'--resume: none of the {len(skipped)} checkpoints in {cfg.work_dir} can be resumed from (see '
-                 'above); pass one with --resume CKPT, or move them away to start afresh')
+        sys.exit(f'--resume: no checkpoint in {cfg.work_dir} to resume from, and its last_checkpoint names one '
+                 'elsewhere (see above); pass that one with --resume CKPT, or delete last_checkpoint to start afresh')
     if talk:
         print(f'--resume: resuming from {path}' if path else
               f'--resume: no checkpoint in {cfg.work_dir}; starting from the beginning', file=sys.stderr)
@@ -94,7 +104,8 @@ def main() -> None:
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         'work_dirs', osp.splitext(osp.basename(args.config))[0])
     add_safe_runtime(cfg, allow_new=args.allow_new, allow_unused=args.allow_unused,
-                     override_optim=args.override_optim, accept_changes=args.accept_changes)
+                     allow_mismatch=args.allow_mismatch, override_optim=args.override_optim,
+                     accept_changes=args.accept_changes)
     if args.amp:
         try:
             print(enable_amp(cfg), file=sys.stderr)
@@ -117,7 +128,12 @@ def main() -> None:
     if os.environ.get('RANK', '0') == '0' and osp.isdir(cfg.work_dir):
         remove_partial_saves(cfg.work_dir, lambda line: print(line, file=sys.stderr))  # room for the new log
     setup_cpu_distributed(cfg)
-    Runner.from_cfg(cfg).train()
+    try:
+        Runner.from_cfg(cfg).train()
+    except (ResumeConfigError, IncompleteCheckpointError) as error:  # a refusal with its reason, not a crash
+        if os.environ.get('RANK', '0') == '0':
+            print(error, file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == '__main__':

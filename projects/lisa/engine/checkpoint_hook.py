@@ -7,8 +7,9 @@ truncated one that ``--resume`` cannot read. :class:`SafeCheckpointHook` keeps
 MMEngine's arguments and file names and changes the order of a save:
 
 1. refuse to save non-finite weights (:class:`~.nonfinite.NonFiniteError`), and refuse a save the
-   disk has no room for (:class:`NoSpaceForCheckpointError`: the previous checkpoint's size plus a
-   margin must be free, checked again when a resumed run starts);
+   disk has no room for (:class:`NoSpaceForCheckpointError`: the previous checkpoint's size, or before
+   the first one the size of the model's and optimizer's tensors, plus a margin must be free; checked
+   also when a run starts, and a write that fills the disk ends with the same message);
 2. write ``<name>.tmp``, ``fsync`` it, rename it to ``<name>`` and ``fsync`` the folder (a write
    that fails removes its ``.tmp``);
 3. replace ``last_checkpoint`` the same way, so it only ever names a complete file;
@@ -25,13 +26,16 @@ need not repeat ``default_hooks``.
 from __future__ import annotations
 
 import copy
+import errno
 import glob
 import os
 import os.path as osp
 import re
 import shutil
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
+import torch
 from mmengine.dist import all_gather_object, get_rank, get_world_size, is_main_process
 from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook, Hook
@@ -42,7 +46,7 @@ from mmengine.runner import IterBasedTrainLoop
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError, check_state_dict, model_state_dict
 
 from .nonfinite import NonFiniteError, nonfinite_tensors
-from .resume import RestoreAfterReplay, resume_changes, rng_state, set_rng_state
+from .resume import RestoreAfterReplay, optimizer_types, resume_changes, rng_state, set_rng_state
 
 
 def fsync_path(path: str) -> None:
@@ -78,6 +82,17 @@ class NoSpaceForCheckpointError(OSError):
     """The disk cannot hold the next checkpoint beside the kept ones."""
 
 
+def state_bytes(state) -> int:
+    """The bytes of the tensors in a (nested) state dict."""
+    if isinstance(state, torch.Tensor):
+        return state.nbytes
+    if isinstance(state, Mapping):
+        return sum(state_bytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(state_bytes(v) for v in state)
+    return 0
+
+
 #: Free space asked for beyond the size of the previous checkpoint: it grows a little as the
 #: message hub's history grows.
 SPACE_MARGIN = 0.05
@@ -94,28 +109,46 @@ class SafeCheckpointHook(CheckpointHook):
             return
         remove_partial_saves(self.out_dir, runner.logger.warning)
         self._remove(runner.message_hub.runtime_info.get('outdated_ckpt_ids', []))  # a removal interrupted by a kill
-        previous = self._previous_checkpoint(runner)
-        if previous:  # a resume: stop now rather than at the first save
-            self._check_space(f'the checkpoint after {osp.basename(previous)}', osp.getsize(previous))
+        previous = self._previous_checkpoint(runner)  # stop now rather than at a save
+        self._check_space(f'the checkpoint after {osp.basename(previous)}' if previous else 'the first checkpoint',
+                          self._space_needed(runner))
 
     def _previous_checkpoint(self, runner) -> str | None:
         path = self.last_ckpt or runner.message_hub.get_info('last_ckpt')
         return path if path and osp.isfile(path) else None
 
-    def _check_space(self, filename: str, previous: int) -> None:
-        """Raise :class:`NoSpaceForCheckpointError` unless ``out_dir`` has room for a checkpoint of ``previous``
-        bytes plus the margin."""
-        needed = int(previous * (1 + SPACE_MARGIN)) + SPACE_MARGIN_BYTES
-        free = shutil.disk_usage(self.out_dir).free
-        if free < needed:
-            keep = self.max_keep_ckpts
-            advice = (f'max_keep_ckpts={keep}: an atomic save holds max_keep_ckpts + 1 = {keep + 1} checkpoints '
-                      f'at once, so the disk needs about {(keep + 1) * needed} bytes for them' if keep > 0 else
-                      'max_keep_ckpts=-1 keeps every checkpoint: set max_keep_ckpts')
-            raise NoSpaceForCheckpointError(
-                f'not saving {filename}: {free} bytes free in {self.out_dir}, it needs about {needed} (the previous '
-                f'checkpoint took {previous} bytes + margin). {advice}. Free space, lower max_keep_ckpts, or set '
-                'out_dir on a larger disk; then resume.')
+    def _space_needed(self, runner) -> tuple[int, str]:
+        """The free bytes the next checkpoint needs (its estimated size plus the margin), and the estimate's basis:
+        the previous checkpoint's size, else the bytes of the model's and optimizer's tensors."""
+        previous = self._previous_checkpoint(runner)
+        if previous:
+            size = osp.getsize(previous)
+            basis = f'the previous checkpoint took {size} bytes'
+        else:
+            model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+            size = state_bytes(model.state_dict()) + (state_bytes(runner.optim_wrapper.state_dict())
+                                                      if self.save_optimizer else 0)
+            basis = f'the model and optimizer state take {size} bytes'
+        return int(size * (1 + SPACE_MARGIN)) + SPACE_MARGIN_BYTES, basis
+
+    def _no_space(self, filename: str, space: tuple[int, str], why: str = '') -> NoSpaceForCheckpointError:
+        """The error for a save of ``filename`` that ``out_dir`` has no room for; ``space``: of
+        :meth:`_space_needed`, ``why``: what happened."""
+        needed, basis = space
+        keep = self.max_keep_ckpts
+        advice = (f'max_keep_ckpts={keep}: an atomic save holds max_keep_ckpts + 1 = {keep + 1} checkpoints '
+                  f'at once, so the disk needs about {(keep + 1) * needed} bytes for them' if keep > 0 else
+                  'max_keep_ckpts=-1 keeps every checkpoint: set max_keep_ckpts')
+        return NoSpaceForCheckpointError(
+            f'not saving {filename}{why}: {shutil.disk_usage(self.out_dir).free} bytes free in {self.out_dir}, it '
+            f'needs about {needed} ({basis} + margin). {advice}. Free space, lower max_keep_ckpts, or set out_dir on '
+            'a larger disk; then run again with --resume.')
+
+    def _check_space(self, filename: str, space: tuple[int, str]) -> None:
+        """Raise :class:`NoSpaceForCheckpointError` unless ``out_dir`` has room for ``space``
+        (of :meth:`_space_needed`)."""
+        if shutil.disk_usage(self.out_dir).free < space[0]:
+            raise self._no_space(filename, space)
 
     def _remove(self, steps: list[int]) -> None:
         for step in steps:
@@ -136,9 +169,9 @@ class SafeCheckpointHook(CheckpointHook):
                                  'checkpoint with finite weights is kept')
         self._rng_states = all_gather_object(rng_state())  # every rank, before the master-only save
         filename = self.filename_tmpl.format(step)
-        previous = self._previous_checkpoint(runner)
-        if is_main_process() and previous:
-            self._check_space(filename, osp.getsize(previous))
+        space = self._space_needed(runner)
+        if is_main_process():
+            self._check_space(filename, space)
 
         outdated = []
         if self.max_keep_ckpts > 0 and not (self.keep_ckpt_ids and self.keep_ckpt_ids[-1] == step):
@@ -155,9 +188,11 @@ class SafeCheckpointHook(CheckpointHook):
                 self.out_dir, filename + '.tmp', self.file_client_args, save_optimizer=self.save_optimizer,
                 save_param_scheduler=self.save_param_scheduler, meta=meta, by_epoch=self.by_epoch,
                 backend_args=self.backend_args, **self.args)
-        except BaseException:  # a full disk, a kill: the partial file goes, the kept checkpoints stay
+        except BaseException as error:  # a full disk, a kill: the partial file goes, the kept checkpoints stay
             if is_main_process() and osp.isfile(self.last_ckpt + '.tmp'):
                 os.remove(self.last_ckpt + '.tmp')
+            if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+                raise self._no_space(filename, space, f': the disk filled up during the save ({error})') from error
             raise
         if not is_main_process():
             return
@@ -205,6 +240,12 @@ class ResumeConfigError(ValueError):
     """The config of a resumed run differs from the one its checkpoint was trained with."""
 
 
+def lr_summary(lrs: Sequence[float]) -> str:
+    """Each learning rate once, with the number of param groups that have it."""
+    return ', '.join(f'{lr} ({n} param group{"s" if n > 1 else ""})'
+                     for lr, n in Counter(f'{lr:.6g}' for lr in lrs).items())
+
+
 @HOOKS.register_module()
 class SafeRuntimeHook(Hook):
     """Checkpoints saved safely and loaded strictly, and a resume that does what its config says.
@@ -218,23 +259,26 @@ class SafeRuntimeHook(Hook):
     - every checkpoint load (``load_from``, ``--resume``, ``tools/test.py``): refuses
       non-finite weights, naming the file, and loads only through the strict report of
       :func:`~projects.lisa.models.backbones.loading.check_state_dict` (every tensor
-      loaded, unless named in ``allow_new`` / ``allow_unused``).
+      loaded, unless named in ``allow_new`` / ``allow_unused``; ``allow_mismatch`` names the
+      tensors of another shape that keep the model's initialisation, for ``load_from`` only).
     - on a resume, compares the config with the one stored in the checkpoint
       (:func:`~.resume.resume_changes`) and stops on a change, unless
       ``override_optim`` (the config's optimizer settings and schedule replace the
-      restored ones; the optimizer's moments are kept) or ``accept_changes`` (continue
-      with the changed model / data, and the checkpoint's optimizer and schedule) says
-      how to proceed; either way the changes are logged.
+      restored ones; the optimizer's moments are kept, or with another optimizer type
+      the optimizer starts afresh) or ``accept_changes`` (continue with the changed
+      model / data, and the checkpoint's optimizer and schedule) says how to proceed;
+      either way the changes are logged.
     """
 
     priority = 'HIGHEST'
 
     def __init__(self, allow_new: str | Sequence[str] = (), allow_unused: str | Sequence[str] = (),
-                 override_optim: bool = False, accept_changes: bool = False) -> None:
+                 allow_mismatch: str | Sequence[str] = (), override_optim: bool = False,
+                 accept_changes: bool = False) -> None:
         for name, flag in dict(override_optim=override_optim, accept_changes=accept_changes).items():
             if not isinstance(flag, bool):
                 raise ValueError(f'SafeRuntimeHook: {name}={flag!r} must be True or False')
-        self.allow_new, self.allow_unused = allow_new, allow_unused
+        self.allow_new, self.allow_unused, self.allow_mismatch = allow_new, allow_unused, allow_mismatch
         self.override_optim, self.accept_changes = override_optim, accept_changes
         self._replay_schedule = False
 
@@ -261,47 +305,83 @@ class SafeRuntimeHook(Hook):
                                  f'non-finite (first: {bad[:3]}); the run that saved it had diverged. Load or resume '
                                  'an earlier checkpoint: the weights, not the gradients or the lr of this run, are '
                                  'the cause')
-        optim, run = resume_changes(checkpoint['meta']['cfg'], runner.cfg) if (
-            runner._resume and 'cfg' in checkpoint.get('meta', {})) else ([], [])
+        saved_cfg = checkpoint.get('meta', {}).get('cfg') if runner._resume else None
+        optim, run = resume_changes(saved_cfg, runner.cfg) if saved_cfg else ([], [])
         try:
-            report, adapted = check_state_dict(model, state_dict, source, self.allow_new, self.allow_unused)
+            report, to_load = check_state_dict(model, state_dict, source, self.allow_new, self.allow_unused,
+                                               self.allow_mismatch)
         except IncompleteCheckpointError as error:
+            if runner._resume and error.report.mismatched:
+                error = IncompleteCheckpointError(f'{error}\n{self._no_mismatch_on_resume(source)}', error.report)
             if run:
                 raise IncompleteCheckpointError(f'{error}\nthe config changed since the checkpoint:\n  '
-                                                + '\n  '.join(run)) from None
-            raise
-        ignored = set(report.ignored)
-        checkpoint['state_dict'] = {k: v for k, v in adapted.items() if k not in ignored}  # what was checked
+                                                + '\n  '.join(run), error.report) from None
+            raise error from None
+        if runner._resume and report.allowed_mismatch:
+            raise IncompleteCheckpointError(f'{report}\n{self._no_mismatch_on_resume(source)}', report)
+        checkpoint['state_dict'] = to_load  # what was checked
         runner.logger.info(str(report))
-        self._check_changes(runner, checkpoint, source, optim, run)
+        if saved_cfg:
+            self._check_changes(runner, checkpoint, source, optim, run, optimizer_types(saved_cfg, runner.cfg))
 
-    def _check_changes(self, runner, checkpoint: dict, source: str, optim: list[str], run: list[str]) -> None:
-        stopping = ([] if self.override_optim or self.accept_changes else optim) + ([] if self.accept_changes else run)
+    @staticmethod
+    def _no_mismatch_on_resume(source: str) -> str:
+        return ('allow_mismatch does not apply to a resume: the restored optimizer state has the checkpoint\'s '
+                f'shapes. To fine-tune the changed model, start a new run from {source} (load_from, another work '
+                'dir) with allow_mismatch.')
+
+    def _check_changes(self, runner, checkpoint: dict, source: str, optim: list[str], run: list[str],
+                       types: tuple[str | None, str | None]) -> None:
+        """Stop on the changes that no flag covers; apply ``override_optim``; log the changes."""
+        stop_optim = bool(optim) and not (self.override_optim or self.accept_changes)
+        stopping = (optim if stop_optim else []) + ([] if self.accept_changes else run)
         if stopping:
+            if stop_optim:  # --override-optim helps only with these
+                ways = ('On a resume the checkpoint\'s optimizer and scheduler state replace the config\'s. Resume '
+                        'with --override-optim to apply the new optimizer settings and schedule to the restored '
+                        'state, with --accept-changes to continue with the changed settings (optimizer and schedule '
+                        'as restored)')
+            else:
+                ways = 'Resume with --accept-changes to continue with the changed settings'
             raise ResumeConfigError(
                 f'--resume: the config differs from the one {source} was trained with:\n  ' + '\n  '.join(stopping)
-                + '\nOn a resume the checkpoint\'s optimizer and scheduler state replace the config\'s. Resume with '
-                '--override-optim to apply the new optimizer settings and schedule to the restored state, with '
-                '--accept-changes to continue with the changed settings (optimizer and schedule as restored), '
-                'or start a new run from the checkpoint (load_from, another work dir).')
+                + f'\n{ways}, or start a new run from the checkpoint (load_from, another work dir).')
+        old_type, new_type = types
+        if old_type != new_type and not self.override_optim:
+            raise ResumeConfigError(
+                f'--accept-changes: the optimizer type changed ({old_type!r} -> {new_type!r}), so the restored '
+                f'optimizer state of {source} does not fit this config\'s optimizer. Resume with --override-optim '
+                'to start it from a fresh optimizer state, or keep the optimizer type.')
         if optim and self.override_optim:
-            restored = checkpoint.get('optimizer', {})
-            if 'param_groups' not in restored or len(restored['param_groups']) != len(
-                    runner.optim_wrapper.optimizer.param_groups):
-                raise ResumeConfigError(f'--override-optim: {source} holds no optimizer state with the '
-                                        'param groups of this config\'s optimizer')
-            restored['param_groups'] = [
-                {**{k: copy.deepcopy(v) for k, v in fresh.items() if k != 'params'}, 'params': saved['params']}
-                for fresh, saved in zip(runner.optim_wrapper.optimizer.param_groups, restored['param_groups'])]
+            if old_type != new_type:
+                checkpoint.pop('optimizer', None)  # the config's optimizer as built: no state
+                what = (f'optimizer type changed ({old_type!r} -> {new_type!r}): starting from a fresh optimizer '
+                        'state with the config\'s settings and schedule')
+            else:
+                self._override_param_groups(runner, checkpoint.get('optimizer', {}), source)
+                what = ('applying the config\'s optimizer settings and schedule to the restored state (optimizer '
+                        'moments kept)')
             checkpoint.pop('param_schedulers', None)  # rebuilt from the config, replayed in before_train
             self._replay_schedule = True
-            runner.logger.warning('--override-optim: applying the config\'s optimizer settings and schedule to the '
-                                  'restored state (optimizer moments kept):\n  ' + '\n  '.join(optim))
+            runner.logger.warning(f'--override-optim: {what}:\n  ' + '\n  '.join(optim))
         elif optim:
             runner.logger.warning('--accept-changes: these optimizer / schedule settings are overridden by the '
                                   'restored state:\n  ' + '\n  '.join(optim))
         if run:
             runner.logger.warning('--accept-changes: continuing with the changed settings:\n  ' + '\n  '.join(run))
+
+    @staticmethod
+    def _override_param_groups(runner, restored: dict, source: str) -> None:
+        """The config's param group settings (lr, weight decay, ...) in the restored optimizer state."""
+        if 'param_groups' not in restored or len(restored['param_groups']) != len(
+                runner.optim_wrapper.optimizer.param_groups):
+            raise ResumeConfigError(f'--override-optim: {source} holds no optimizer state with the '
+                                    'param groups of this config\'s optimizer')
+        restored['param_groups'] = [
+            {**{k: copy.deepcopy(v) for k, v in fresh.items() if k != 'params'}, 'params': saved['params']}
+            for fresh, saved in zip(runner.optim_wrapper.optimizer.param_groups, restored['param_groups'])]
+        # the logged base_lr: the config's, which the schedule is replayed on (the restored one was stepped already)
+        restored.pop('base_param_settings', None)
 
     def before_train(self, runner) -> None:
         """After ``--override-optim``: step the config's schedulers to the resumed iteration / epoch."""
@@ -316,5 +396,5 @@ class SafeRuntimeHook(Hook):
                 for scheduler in schedulers:
                     if scheduler.by_epoch == by_epoch:
                         scheduler.step()
-        lrs = [f'{lr:.6g}' for lr in runner.optim_wrapper.get_lr()['lr']]
-        runner.logger.warning(f'--override-optim: schedule replayed to iteration {runner.iter}, lr {lrs}')
+        runner.logger.warning(f'--override-optim: schedule replayed to iteration {runner.iter}, '
+                              f'lr {lr_summary(runner.optim_wrapper.get_lr()["lr"])}')

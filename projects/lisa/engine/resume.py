@@ -124,22 +124,46 @@ def _get(cfg, dotted: str):
     return cfg
 
 
+class _Unset:
+    """A key a config does not set: the class's default applies."""
+
+    def __repr__(self) -> str:
+        return 'default'
+
+
+UNSET = _Unset()
+
+
 def config_changes(old, new, path: str = '') -> list[str]:
-    """Every ``path: old -> new`` where two config values differ (dicts and lists compared item by item)."""
+    """Every ``path: old -> new`` where two config values differ (dicts and lists compared item by item; a key
+    that one config does not set shows as ``default``)."""
     if isinstance(old, dict) and isinstance(new, dict):
         return [change for key in sorted(set(old) | set(new), key=str) if key not in IGNORED
-                for change in config_changes(old.get(key), new.get(key), f'{path}.{key}' if path else str(key))]
+                for change in config_changes(old.get(key, UNSET), new.get(key, UNSET),
+                                             f'{path}.{key}' if path else str(key))]
     if isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)) and len(old) == len(new):
         return [change for i, (a, b) in enumerate(zip(old, new)) for change in config_changes(a, b, f'{path}[{i}]')]
     return [] if old == new else [f'{path}: {old!r} -> {new!r}']
 
 
+def _round_trip(saved_cfg: str, cfg) -> tuple[dict, dict]:
+    """``saved_cfg`` (a checkpoint's ``meta['cfg']``) and ``cfg`` as dicts, through the same ``Config`` text
+    round trip."""
+    from mmengine.config import Config
+    return (Config.fromstring(saved_cfg, file_format='.py').to_dict(),
+            Config.fromstring(cfg.pretty_text, file_format='.py').to_dict())
+
+
+def optimizer_types(saved_cfg: str, cfg) -> tuple[str | None, str | None]:
+    """The ``optim_wrapper.optimizer.type`` of ``saved_cfg`` and of ``cfg`` (``None`` where not set)."""
+    old, new = _round_trip(saved_cfg, cfg)
+    return _get(old, 'optim_wrapper.optimizer.type'), _get(new, 'optim_wrapper.optimizer.type')
+
+
 def resume_changes(saved_cfg: str, cfg) -> tuple[list[str], list[str]]:
     """The changes of the optimisation and of the model / data from ``saved_cfg`` (a checkpoint's
-    ``meta['cfg']``) to ``cfg``, both read through the same ``Config`` text round trip."""
-    from mmengine.config import Config
-    old = Config.fromstring(saved_cfg, file_format='.py').to_dict()
-    new = Config.fromstring(cfg.pretty_text, file_format='.py').to_dict()
+    ``meta['cfg']``) to ``cfg``."""
+    old, new = _round_trip(saved_cfg, cfg)
     changes = [[c for key in keys for c in config_changes(_get(old, key), _get(new, key), key)]
                for keys in (OPTIM_KEYS, RUN_KEYS)]
     return changes[0], changes[1]

@@ -4,16 +4,18 @@
 foreign layouts with the backbone's ``convert_checkpoint`` and resizes position tables of
 another grid bicubically. :func:`load_pretrained` (``init_cfg`` Pretrained) also reads the
 file and refuses a checkpoint that leaves a tensor of the model unloaded, except the ones
-its ``allow_new`` globs declare new by design. :func:`check_state_dict` applies the same
-report to a whole model (``load_from``, ``--resume``, ``tools/test.py``, ``tools/export_onnx.py``:
-:func:`load_checkpoint_strictly`), where a tensor the model does not use also stops the load
-unless an ``allow_unused`` glob names it.
+its ``allow_new`` globs declare new by design, or loads a tensor of another shape, except the
+ones its ``allow_mismatch`` globs name (a head trained for other classes: they keep the model's
+initialisation). :func:`check_state_dict` applies the same report to a whole model (``load_from``,
+``--resume``, ``tools/test.py``, ``tools/export_onnx.py``: :func:`load_checkpoint_strictly`), where
+a tensor the model does not use also stops the load unless an ``allow_unused`` glob names it.
 """
 from __future__ import annotations
 
 import logging
 import math
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
@@ -26,7 +28,11 @@ from torch import Tensor, nn
 
 
 class IncompleteCheckpointError(RuntimeError):
-    """A checkpoint leaves tensors of the model unloaded (or of the wrong shape)."""
+    """A checkpoint leaves tensors of the model unloaded (or of the wrong shape); ``report`` says which."""
+
+    def __init__(self, message: str, report: LoadReport) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 @dataclass
@@ -41,10 +47,12 @@ class LoadReport:
     missing: list[str] = field(default_factory=list)      # not in the checkpoint, not allowed
     unexpected: list[str] = field(default_factory=list)   # in the checkpoint, not in the model
     mismatched: list[tuple[str, tuple, tuple]] = field(default_factory=list)  # key, checkpoint, model shape
+    allowed_mismatch: list[tuple[str, tuple, tuple]] = field(default_factory=list)  # the same, allowed: initialised
     ignored: list[str] = field(default_factory=list)      # in the checkpoint, not in the model, allowed by allow_unused
 
     def __str__(self) -> str:
-        total = len(self.loaded) + len(self.new) + len(self.missing) + len(self.mismatched)
+        total = len(self.loaded) + len(self.new) + len(self.missing) + len(self.mismatched) + len(
+            self.allowed_mismatch)
         how = ' (key names converted)' if self.converted else ''
         lines = [f'{self.model}: loaded {len(self.loaded)} of {total} tensors from {self.source}{how}']
         for title, items in (
@@ -52,6 +60,8 @@ class LoadReport:
                 ('new by design (allow_new), initialised', self.new),
                 ('NOT IN THE CHECKPOINT', self.missing),
                 ('SHAPE MISMATCH', [f'{k} checkpoint {a} vs model {b}' for k, a, b in self.mismatched]),
+                ('shape mismatch allowed (allow_mismatch), initialised',
+                 [f'{k} checkpoint {a} vs model {b}' for k, a, b in self.allowed_mismatch]),
                 ('unused, not in this model', self.unexpected),
                 ('unused by design (allow_unused)', self.ignored)):
             if items:
@@ -119,31 +129,56 @@ ALLOW_NEW_PRESETS: dict[str, tuple[str, ...]] = {
     'lisa_from_softmax': ('*.attn.scale', '*.attn.positional_encoding.*', '*.attn.dwc.*', '*.attn.alpha',
                           '*.attn.step_mlp.*'),
 }
+#: Named sets of ``allow_mismatch`` globs: the layers of each task's head whose shape follows
+#: ``num_classes`` (mmseg's decode and auxiliary heads; mmdet's Mask R-CNN box and mask heads and
+#: RetinaNet; mmpretrain's linear, ViT and DeiT heads), for fine-tuning on other classes.
+ALLOW_MISMATCH_PRESETS: dict[str, tuple[str, ...]] = {
+    'seg_head': ('decode_head.conv_seg.*', 'auxiliary_head.conv_seg.*'),
+    'det_head': ('roi_head.bbox_head.fc_cls.*', 'roi_head.bbox_head.fc_reg.*', 'roi_head.mask_head.conv_logits.*',
+                 'bbox_head.retina_cls.*'),
+    'cls_head': ('head.fc.*', 'head.layers.head.*', 'head.layers.head_dist.*'),
+}
+PRESETS: dict[str, dict[str, tuple[str, ...]]] = dict(
+    allow_new=ALLOW_NEW_PRESETS, allow_mismatch=ALLOW_MISMATCH_PRESETS, allow_unused={})
 
 
 def expand_globs(globs: str | Sequence[str], name: str) -> list[str]:
-    """``globs`` as a list, names of :data:`ALLOW_NEW_PRESETS` replaced by their globs."""
-    globs = [globs] if isinstance(globs, str) else list(globs)
+    """``globs`` as a list, names of the presets of argument ``name`` (:data:`PRESETS`) replaced by their globs."""
+    globs, presets = [globs] if isinstance(globs, str) else list(globs), PRESETS[name]
     for g in globs:
         if not isinstance(g, str):
-            raise ValueError(f'{name}={globs!r}: every entry must be a glob string or one of '
-                             f'{sorted(ALLOW_NEW_PRESETS)}, got {g!r}')
-    return [p for g in globs for p in ALLOW_NEW_PRESETS.get(g, (g, ))]
+            raise ValueError(f'{name}={globs!r}: every entry must be a glob string'
+                             + (f' or one of {sorted(presets)}' if presets else '') + f', got {g!r}')
+    return [p for g in globs for p in presets.get(g, (g, ))]
 
 
 def _compare(report: LoadReport, own: Mapping[str, Tensor], loaded: Mapping[str, Tensor],
-             allow_new: Sequence[str], allow_unused: Sequence[str]) -> None:
+             allow_new: Sequence[str], allow_unused: Sequence[str], allow_mismatch: Sequence[str]) -> None:
     """Sort every key of ``own`` (the model's) and of ``loaded`` (the checkpoint's) into ``report``."""
     for key, value in loaded.items():
         if key not in own:
             (report.ignored if any(fnmatch(key, g) for g in allow_unused) else report.unexpected).append(key)
         elif value.shape != own[key].shape:
-            report.mismatched.append((key, tuple(value.shape), tuple(own[key].shape)))
+            (report.allowed_mismatch if any(fnmatch(key, g) for g in allow_mismatch) else report.mismatched).append(
+                (key, tuple(value.shape), tuple(own[key].shape)))
         else:
             report.loaded.append(key)
     for key in own:
         if key not in loaded:
             (report.new if any(fnmatch(key, g) for g in allow_new) else report.missing).append(key)
+
+
+#: The start of the hint for tensors of another shape.
+MISMATCH_HINT = ('If the checkpoint was trained for other classes (fine-tuning) and these tensors are to keep the '
+                 'model\'s initialisation, allow them')
+
+
+def _mismatch_globs(mismatched: Sequence[tuple[str, tuple, tuple]]) -> list[str]:
+    """A preset of :data:`ALLOW_MISMATCH_PRESETS` naming every mismatched key, else globs covering them."""
+    keys = [k for k, _, _ in mismatched]
+    presets = [name for name, globs in ALLOW_MISMATCH_PRESETS.items()
+               if all(any(fnmatch(k, g) for g in globs) for k in keys)]
+    return presets[:1] or _globs(keys)
 
 
 def model_state_dict(ckpt: Mapping) -> Mapping[str, Tensor]:
@@ -152,53 +187,60 @@ def model_state_dict(ckpt: Mapping) -> Mapping[str, Tensor]:
 
 
 def check_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor], source: str,
-                     allow_new: str | Sequence[str] = (), allow_unused: str | Sequence[str] = ()
-                     ) -> tuple[LoadReport, dict[str, Tensor]]:
-    """The report of loading ``state_dict`` into the whole ``model``, and the adapted state dict; raises if
-    the load would leave the model partly loaded.
+                     allow_new: str | Sequence[str] = (), allow_unused: str | Sequence[str] = (),
+                     allow_mismatch: str | Sequence[str] = ()) -> tuple[LoadReport, dict[str, Tensor]]:
+    """The report of loading ``state_dict`` into the whole ``model``, and the adapted state dict to load
+    (without the tensors allowed unused or of another shape); raises if the load would leave the model
+    partly loaded.
 
     Each LiSA backbone inside ``model`` first adapts its part of the keys as its
     ``load_state_dict`` pre-hook will (foreign layouts converted, position tables resized).
     Raises :class:`IncompleteCheckpointError` with the lists if a tensor of the model is
     not in ``state_dict`` (unless it matches an ``allow_new`` glob or preset), has another
-    shape, or a tensor of ``state_dict`` is not in the model (unless it matches an
-    ``allow_unused`` glob).
+    shape (unless it matches an ``allow_mismatch`` glob or preset, e.g. ``'seg_head'``), or a
+    tensor of ``state_dict`` is not in the model (unless it matches an ``allow_unused`` glob).
     """
     allow_new, allow_unused = expand_globs(allow_new, 'allow_new'), expand_globs(allow_unused, 'allow_unused')
+    allow_mismatch = expand_globs(allow_mismatch, 'allow_mismatch')
     adapted = dict(state_dict)
     for name, module in model.named_modules():
         if hasattr(module, '_adapt_loaded_state_dict'):
             module._adapt_loaded_state_dict(adapted, f'{name}.' if name else '')
     report = LoadReport(type(model).__name__, source, adapted.keys() != state_dict.keys())
-    _compare(report, model.state_dict(), adapted, allow_new, allow_unused)
+    _compare(report, model.state_dict(), adapted, allow_new, allow_unused, allow_mismatch)
     if report.missing or report.mismatched or report.unexpected:
         hint = []
         if report.missing:
             hint.append(f'If the tensors not in the checkpoint are new by design, allow them: allow_new='
                         f'{_globs(report.missing)}.')
+        if report.mismatched:
+            globs = _mismatch_globs(report.mismatched)
+            hint.append(f'{MISMATCH_HINT}: allow_mismatch={globs} (tools/train.py --allow-mismatch '
+                        f'{shlex.join(globs)}).')
         if report.unexpected:
             hint.append(f'If the unused tensors are unused by design, allow them: allow_unused='
                         f'{_globs(report.unexpected)}.')
-        raise IncompleteCheckpointError('\n'.join([str(report), *hint]))
-    return report, adapted
+        raise IncompleteCheckpointError('\n'.join([str(report), *hint]), report)
+    skipped = {*report.ignored, *(k for k, _, _ in report.allowed_mismatch)}
+    return report, {k: v for k, v in adapted.items() if k not in skipped}
 
 
 def load_checkpoint_strictly(model: nn.Module, filename: str, allow_new: str | Sequence[str] = (),
-                             allow_unused: str | Sequence[str] = ()) -> dict:
+                             allow_unused: str | Sequence[str] = (), allow_mismatch: str | Sequence[str] = ()
+                             ) -> dict:
     """Load a checkpoint of the whole ``model`` (``state_dict`` of mmengine, ``model`` of the official
     releases, or the dict itself; a ``module.`` prefix of a wrapper dropped) after
     :func:`check_state_dict`; returns the checkpoint."""
     ckpt = CheckpointLoader.load_checkpoint(filename, map_location='cpu', logger='current')
     state_dict = {re.sub(r'^module\.', '', k): v for k, v in model_state_dict(ckpt).items()}
-    report, adapted = check_state_dict(model, state_dict, filename, allow_new, allow_unused)
-    ignored = set(report.ignored)
-    model.load_state_dict({k: v for k, v in adapted.items() if k not in ignored}, strict=False)  # checked above
+    report, to_load = check_state_dict(model, state_dict, filename, allow_new, allow_unused, allow_mismatch)
+    model.load_state_dict(to_load, strict=False)  # checked above
     print_log(str(report), logger='current', level=logging.INFO)
     return ckpt
 
 
 def load_pretrained(model: nn.Module, checkpoint: str, prefix: str | None = None,
-                    allow_new: str | Sequence[str] = ()) -> LoadReport:
+                    allow_new: str | Sequence[str] = (), allow_mismatch: str | Sequence[str] = ()) -> LoadReport:
     """Load every tensor of ``model`` from ``checkpoint``, log a report, or raise.
 
     The state dict is ``ckpt['state_dict']`` (mmengine), ``ckpt['model']`` (the official
@@ -207,7 +249,8 @@ def load_pretrained(model: nn.Module, checkpoint: str, prefix: str | None = None
     resized by :func:`adapt_state_dict`. Raises :class:`IncompleteCheckpointError` if a tensor
     of the model has no counterpart of its shape, unless it matches a glob of ``allow_new``
     (``fnmatch``, e.g. ``'*.attn.step_mlp.*'``, or a name of :data:`ALLOW_NEW_PRESETS`:
-    new by design, left as initialised).
+    new by design, left as initialised) or, for a tensor of another shape, a glob of
+    ``allow_mismatch`` (left as initialised).
     """
     ckpt = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu', logger='current')
     state_dict = model_state_dict(ckpt)
@@ -220,7 +263,8 @@ def load_pretrained(model: nn.Module, checkpoint: str, prefix: str | None = None
                            f'its keys start with {heads}')
     converted, resized = adapt_state_dict(model, state_dict)
     report = LoadReport(type(model).__name__, checkpoint, converted.keys() != state_dict.keys(), resized)
-    _compare(report, model.state_dict(), converted, expand_globs(allow_new, 'allow_new'), ())
+    _compare(report, model.state_dict(), converted, expand_globs(allow_new, 'allow_new'), (),
+             expand_globs(allow_mismatch, 'allow_mismatch'))
     if report.missing or report.mismatched:
         hint = []
         if not report.loaded:
@@ -229,7 +273,9 @@ def load_pretrained(model: nn.Module, checkpoint: str, prefix: str | None = None
             hint.append('If the tensors not in the checkpoint are new by design (e.g. LiSA\'s own weights when '
                         'starting from a softmax checkpoint), allow them in init_cfg: '
                         f'allow_new={_globs(report.missing)}.')
-        raise IncompleteCheckpointError('\n'.join([str(report), *hint]))
+        if report.mismatched:
+            hint.append(f'{MISMATCH_HINT} in init_cfg: allow_mismatch={_mismatch_globs(report.mismatched)}.')
+        raise IncompleteCheckpointError('\n'.join([str(report), *hint]), report)
     model.load_state_dict({k: converted[k] for k in report.loaded}, strict=False)
     print_log(str(report), logger='current', level=logging.INFO)
     return report
