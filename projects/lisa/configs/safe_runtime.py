@@ -5,9 +5,10 @@
 #   (temporary name, fsync, rename; old checkpoints removed only afterwards), no checkpoint of non-finite weights,
 #   and the random state of every process saved and restored, so `--resume` continues the same run bit for bit;
 #   a save the disk has no room for stops with the bytes needed; every checkpoint load (load_from, --resume,
-#   tools/test.py) is strict (allow_new=[...], allow_unused=[...] name the exceptions); a resume whose config
-#   changed since the checkpoint stops with the list (override_optim=True / accept_changes=True say how to go on;
-#   tools/train.py --override-optim / --accept-changes);
+#   tools/test.py) is strict (allow_new=[...], allow_unused=[...] name the exceptions; allow_mismatch=[...] or
+#   tools/train.py --allow-mismatch seg_head keeps the model's own head when fine-tuning to other classes);
+#   a resume whose config changed since the checkpoint stops with the list (override_optim=True /
+#   accept_changes=True say how to go on; tools/train.py --override-optim / --accept-changes);
 # - NonFiniteGuardHook: a non-finite input, gradient or loss stops the run at its iteration with what to check
 #   (on_nonfinite='skip' drops such steps and counts them instead; fp16 loss-scaling skips are counted), and a
 #   metric is never computed from non-finite predictions.
