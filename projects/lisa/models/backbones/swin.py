@@ -73,10 +73,10 @@ def from_upstream_swin(kwargs: dict) -> dict:
     No effect, as there: ``interpolate_mode`` (of the absolute position embedding, which neither
     has) and ``norm_eval`` (its LayerNorms have no running statistics).
 
-    Maps no larger than the window: the window attention pads them to the window and keeps the
-    shift (mmseg's, mmdet's, and mmpretrain's ``pad_small_map=True``); mmpretrain's default
-    ``pad_small_map=False`` instead shrinks the window to the map and drops the shift, so there
-    (an input under ``32 * window_size`` px) its outputs differ from mmpretrain's; the shapes are equal.
+    Maps no larger than the window: with mmseg's / mmdet's arguments the window attention pads
+    them to the window and keeps the shift; with mmpretrain's, its ``pad_small_map`` (default
+    False) goes to every window stage: False leaves a map whose shorter side is the window
+    unshifted and refuses a smaller one (as mmpretrain asserts), True pads as mmseg.
     """
     name = 'LiSASwinTransformer'
     mmseg = one_vocabulary(name, kwargs, "mmseg's/mmdet's SwinTransformer", MMSEG_SWIN_ONLY,
@@ -92,7 +92,7 @@ def from_upstream_swin(kwargs: dict) -> dict:
                             out_after_downsample='each stage outputs before its patch merging',
                             patch_cfg='the patch embedding is built from patch_size and patch_norm'))
     for key in ('use_abs_pos_embed', 'qk_scale', 'out_after_downsample', 'patch_cfg', 'convert_weights',
-                'interpolate_mode', 'norm_eval', 'pad_small_map'):  # the last three: see above
+                'interpolate_mode', 'norm_eval'):  # the last two: see above
         kwargs.pop(key, None)
     if mmseg:
         arch = {k: kwargs.pop(k, MMSEG_SWIN_ONLY[k]) for k in ('embed_dims', 'depths', 'num_heads')}
@@ -105,6 +105,8 @@ def from_upstream_swin(kwargs: dict) -> dict:
     num_stages = len(LiSASwinTransformer.resolve_arch(kwargs.get('arch', 'tiny'))['depths'])
     given = 'window_size' in kwargs
     windows = [kwargs.pop('window_size', UPSTREAM_SWIN['window_size'])] * num_stages
+    pad_given = 'pad_small_map' in kwargs
+    pad_small_map = kwargs.pop('pad_small_map', MMPRETRAIN_SWIN_ONLY['pad_small_map'])
     if mmpretrain:
         if kwargs.get('drop_rate', 0) > 0:
             raise ValueError(f"{name}: drop_rate={kwargs['drop_rate']} is not supported with mmpretrain's "
@@ -120,6 +122,9 @@ def from_upstream_swin(kwargs: dict) -> dict:
     elif windows[0] is not None:
         kwargs['attn_cfgs'] = set_attn_arg(kwargs['attn_cfgs'], num_stages, 'window_size', 'window_size', windows,
                                            'window', given=given)
+    if mmpretrain and pad_small_map is not None:
+        kwargs['attn_cfgs'] = set_attn_arg(kwargs['attn_cfgs'], num_stages, 'pad_small_map', 'pad_small_map',
+                                           [pad_small_map] * num_stages, 'window', given=pad_given)
     return kwargs
 
 
