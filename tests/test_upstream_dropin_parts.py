@@ -7,11 +7,13 @@ the default model. The walk over every shipped config is ``test_upstream_dropin.
 """
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
 import projects.lisa  # noqa: F401  (registers the backbones)
-from projects.lisa.models.backbones import LiSASwinTransformer
+from projects.lisa.models.backbones import LiSASwinTransformer, LiSAViT
 
 mmpretrain_backbones = pytest.importorskip('mmpretrain.models.backbones')
 
@@ -62,3 +64,64 @@ def test_mmpretrain_swin_without_pad_small_map_refuses_a_map_smaller_than_the_wi
     with pytest.raises(ValueError, match=r'6x6 map .*window_size=7.*pad_small_map=False'):
         LiSASwinTransformer(**kwargs).eval()(x)
     assert LiSASwinTransformer(**dict(kwargs, pad_small_map=True))(x)[0].shape == (1, 64, 6, 6)
+
+
+# ---------------------------------------------------------------- 3. frozen_stages in each vocabulary
+
+
+def upstream_swin(package: str, **kwargs) -> torch.nn.Module:
+    module = importlib.import_module(f'{package}.models.backbones.' + ('swin_transformer' if package == 'mmpretrain'
+                                                                        else 'swin'))
+    return module.SwinTransformer(**kwargs)
+
+
+def trainable_and_modes(model: torch.nn.Module, convert) -> tuple[set[str], dict[str, bool]]:
+    """After ``train()``: the parameters that train (named in LiSA's keys by ``convert``) and the
+    mode of every LayerNorm (what ``norm_eval`` and the freezing leave in training mode)."""
+    model.train()
+    names = {n: n for n, _ in model.named_parameters()}
+    renamed = dict(zip(names, convert(names)))  # the converters rename keys one by one, in order
+    trainable = {renamed[n] for n, p in model.named_parameters() if p.requires_grad}
+    modes = {renamed[f'{n}.weight']: m.training for n, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)}
+    return trainable, modes
+
+
+SWIN_VOCABULARIES = [  # (package, its arguments for a small Swin, its largest frozen_stages)
+    ('mmseg', dict(embed_dims=8, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2]), 4),
+    ('mmdet', dict(embed_dims=8, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2]), 4),
+    ('mmpretrain', dict(arch=dict(embed_dims=8, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2]), img_size=224,
+                        out_indices=(0, 1, 2, 3)), 3),
+]
+
+
+@pytest.mark.parametrize('norm_eval', [False, True])
+@pytest.mark.parametrize('package, kwargs, largest', SWIN_VOCABULARIES)
+def test_swin_frozen_stages_freezes_what_it_freezes_upstream_for_every_value(package, kwargs, largest, norm_eval):
+    from projects.lisa.models.backbones.swin import convert_swin_checkpoint
+    if package == 'mmpretrain':
+        kwargs = dict(kwargs, norm_eval=norm_eval)
+    elif norm_eval:
+        pytest.skip("mmseg's / mmdet's Swin has no norm_eval")
+    for frozen_stages in range(-1, largest + 1):
+        reference = upstream_swin(package, **kwargs, frozen_stages=frozen_stages)
+        ours = LiSASwinTransformer(**kwargs, frozen_stages=frozen_stages)
+        assert trainable_and_modes(ours, list) == trainable_and_modes(reference, convert_swin_checkpoint), (
+            package, frozen_stages)
+
+
+def test_mmpretrain_swin_frozen_stages_beyond_the_last_stage_is_refused_naming_its_range():
+    with pytest.raises(ValueError, match=r"frozen_stages=4: mmpretrain's .*\[-1, 3\]"):
+        LiSASwinTransformer(**SWIN_VOCABULARIES[2][1], frozen_stages=4)
+
+
+VIT = dict(arch=dict(embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=64), img_size=32, patch_size=8)
+
+
+@pytest.mark.parametrize('out_type', ['cls_token', 'avg_featmap'])
+def test_vit_frozen_stages_freezes_what_mmpretrain_freezes_for_every_value(out_type):
+    from projects.lisa.models.backbones.vit import convert_vit_checkpoint
+    for frozen_stages in range(-1, 4):
+        reference = mmpretrain_backbones.VisionTransformer(**VIT, out_type=out_type, frozen_stages=frozen_stages)
+        ours = LiSAViT(**VIT, out_type=out_type, frozen_stages=frozen_stages)
+        assert trainable_and_modes(ours, list)[0] == trainable_and_modes(reference, convert_vit_checkpoint)[0], (
+            frozen_stages)

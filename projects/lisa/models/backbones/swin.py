@@ -114,6 +114,11 @@ def from_upstream_swin(kwargs: dict) -> dict:
         if 'img_size' in kwargs:
             kwargs['pretrain_img_size'] = kwargs.pop('img_size')
         kwargs.setdefault('out_indices', (3,))
+        frozen_stages = kwargs.get('frozen_stages', -1)
+        if not -1 <= frozen_stages < num_stages:
+            raise ValueError(f"frozen_stages={frozen_stages}: mmpretrain's SwinTransformer counts the stages from 0 "
+                             f'(0 freezes the patch embedding and stage 0), so it must be in [-1, {num_stages - 1}]')
+        kwargs['frozen_stages'] = frozen_stages + 1 if frozen_stages >= 0 else -1  # this class counts from 1
         stage_windows = _stage_windows(kwargs.pop('stage_cfgs', {}), num_stages)
         if stage_windows:  # as in mmpretrain, a stage's block_cfgs window overrides window_size
             windows, given = [s or w for s, w in zip(stage_windows, windows)], True
@@ -122,6 +127,7 @@ def from_upstream_swin(kwargs: dict) -> dict:
     elif windows[0] is not None:
         kwargs['attn_cfgs'] = set_attn_arg(kwargs['attn_cfgs'], num_stages, 'window_size', 'window_size', windows,
                                            'window', given=given)
+    kwargs['upstream'] = 'mmpretrain' if mmpretrain else 'mmseg'
     if mmpretrain and pad_small_map is not None:
         kwargs['attn_cfgs'] = set_attn_arg(kwargs['attn_cfgs'], num_stages, 'pad_small_map', 'pad_small_map',
                                            [pad_small_map] * num_stages, 'window', given=pad_given)
@@ -166,8 +172,14 @@ class LiSASwinTransformer(LiSABackbone):
         drop_path_rate: stochastic depth, rising linearly over the blocks
             (Swin-T/S/B use 0.2/0.3/0.5 in ImageNet, 0.3 in UperNet, 0.2 in Mask R-CNN).
         frozen_stages: -1 freezes nothing, 0 the patch embedding, k also the
-            stages 1..k (with their patch merging and output norm).
+            stages 1..k (with their patch merging and output norm), as mmseg's and mmdet's
+            ``SwinTransformer``. With mmpretrain's arguments its numbers mean what they mean
+            there (:func:`from_upstream_swin`): k freezes the patch embedding and stages 0..k.
         with_cp: gradient checkpointing of every block.
+        upstream: whose ``SwinTransformer`` the arguments are those of: None (this class's own),
+            'mmseg', 'mmdet' or 'mmpretrain'; set by :func:`from_upstream_swin`. Parts of the
+            freezing follow it: mmpretrain leaves the output norms of frozen stages in
+            training mode (their parameters frozen).
         init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=..., allow_new=...)``
             (:class:`.base.LiSABackbone`): an official Swin, an mmseg/mmdet/mmpretrain
             ``SwinTransformer`` or a LiSASwinTransformer checkpoint (e.g. of an
@@ -188,6 +200,7 @@ class LiSASwinTransformer(LiSABackbone):
     }
     arch_keys = ('embed_dims', 'depths', 'num_heads')
     stage_keys = ('depths', 'num_heads')
+    UPSTREAMS = (None, 'mmseg', 'mmdet', 'mmpretrain')
 
     @accepts_upstream_args(from_upstream_swin)
     def __init__(
@@ -209,9 +222,13 @@ class LiSASwinTransformer(LiSABackbone):
         norm_cfg: dict = dict(type='LN'),
         frozen_stages: int = -1,
         with_cp: bool = False,
+        upstream: str | None = None,
         init_cfg: dict | None = None,
     ) -> None:
         super().__init__(arch, init_cfg)
+        if upstream not in self.UPSTREAMS:
+            raise ValueError(f'upstream={upstream!r} is not one of {self.UPSTREAMS}')
+        self.upstream = upstream
         depths, num_heads = self.arch_settings['depths'], self.arch_settings['num_heads']
         num_stages = self.num_stages
         attn_cfgs = self.check_stage_args(num_stages, out_indices, frozen_stages, attn_cfgs)
@@ -252,8 +269,10 @@ class LiSASwinTransformer(LiSABackbone):
         if self.frozen_stages < 0:
             return []
         k = self.frozen_stages
-        return [self.patch_embed, self.drop_after_pos, *self.stages[:k],
-                *(getattr(self, f'norm{i}') for i in self.out_indices if i < k)]
+        norms = [getattr(self, f'norm{i}') for i in self.out_indices if i < k]
+        if self.upstream == 'mmpretrain':  # it stops their gradients but leaves them in training mode
+            norms = [p for norm in norms for p in norm.parameters()]
+        return [self.patch_embed, self.drop_after_pos, *self.stages[:k], *norms]
 
     @staticmethod
     def convert_checkpoint(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
