@@ -125,3 +125,43 @@ def test_vit_frozen_stages_freezes_what_mmpretrain_freezes_for_every_value(out_t
         ours = LiSAViT(**VIT, out_type=out_type, frozen_stages=frozen_stages)
         assert trainable_and_modes(ours, list)[0] == trainable_and_modes(reference, convert_vit_checkpoint)[0], (
             frozen_stages)
+
+
+# ---------------------------------------------------------------- 2. Swin's absolute position embedding
+
+SMALL_SWIN = dict(embed_dims=8, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2])
+
+
+@pytest.mark.parametrize('package, kwargs, size', [
+    ('mmseg', dict(SMALL_SWIN, use_abs_pos_embed=True), (224, 224)),  # mmseg adds the table unresized
+    ('mmdet', dict(SMALL_SWIN, use_abs_pos_embed=True), (224, 224)),
+    ('mmpretrain', dict(arch=SMALL_SWIN, img_size=224, use_abs_pos_embed=True, out_indices=(0, 1, 2, 3)), (224, 233)),
+])
+def test_swin_with_absolute_position_embedding_gives_the_upstream_outputs(package, kwargs, size):
+    reference = perturbed(upstream_swin(package, **kwargs))
+    ours = LiSASwinTransformer(**kwargs).eval()
+    ours.load_state_dict(reference.state_dict())  # the same keys: absolute_pos_embed
+    assert ours.absolute_pos_embed.shape == (1, 56 * 56, 8)
+    assert_same_outputs(ours, reference, torch.randn(1, 3, *size))
+
+
+def test_swin_absolute_position_embedding_of_another_grid_loads_resized_as_mmpretrain_resizes_it(tmp_path):
+    kwargs = dict(arch=SMALL_SWIN, use_abs_pos_embed=True, out_indices=(0, 1, 2, 3))
+    source = perturbed(upstream_swin('mmpretrain', **kwargs, img_size=192)).state_dict()
+    reference = upstream_swin('mmpretrain', **kwargs, img_size=224)
+    reference.load_state_dict(source)
+    reference.eval()
+    torch.save({'state_dict': {'backbone.' + k: v for k, v in source.items()}}, tmp_path / 'swin192.pth')
+    ours = LiSASwinTransformer(**kwargs, img_size=224,
+                               init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'swin192.pth'),
+                                             prefix='backbone.'))
+    ours.init_weights()
+    ours.eval()
+    torch.testing.assert_close(ours.absolute_pos_embed, reference.absolute_pos_embed)
+    assert_same_outputs(ours, reference, torch.randn(1, 3, 224, 224))
+
+
+def test_swin_absolute_position_embedding_is_frozen_with_the_patch_embedding_where_upstream_freezes_it():
+    mmseg = LiSASwinTransformer(**SMALL_SWIN, use_abs_pos_embed=True, frozen_stages=0)
+    mmpretrain = LiSASwinTransformer(arch=SMALL_SWIN, img_size=224, use_abs_pos_embed=True, frozen_stages=0)
+    assert not mmseg.absolute_pos_embed.requires_grad and mmpretrain.absolute_pos_embed.requires_grad

@@ -19,6 +19,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
+import torch
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
 from torch import Tensor, nn
@@ -31,6 +32,7 @@ from .base import (
     one_vocabulary,
     pretrained_to_init_cfg,
     reject_unsupported,
+    resize_grid_tokens,
     set_attn_arg,
     stage_drop_path_rates,
     to_pair,
@@ -42,7 +44,7 @@ MMSEG_SWIN_ONLY = dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 
                        pretrained=None, convert_weights=False)
 MMPRETRAIN_SWIN_ONLY = dict(img_size=224, out_after_downsample=False, interpolate_mode='bicubic', norm_eval=False,
                             pad_small_map=False, stage_cfgs={}, patch_cfg={})
-UPSTREAM_SWIN = dict(window_size=7, use_abs_pos_embed=False)  # in both
+UPSTREAM_SWIN = dict(window_size=7)  # in both
 
 
 def _stage_windows(stage_cfgs: Mapping | Sequence[Mapping], num_stages: int) -> list[int] | None:
@@ -66,12 +68,14 @@ def from_upstream_swin(kwargs: dict) -> dict:
     ``stage_cfgs=dict(block_cfgs=dict(window_size=W))``. Both: the attention defaults to
     ``dict(type='window', window_size=window_size)`` in every stage; with ``attn_cfgs`` given,
     ``window_size`` goes to its window stages, and raises if there are none (pass
-    ``window_size=None``). Refused (not implemented): ``use_abs_pos_embed=True``, ``qk_scale``
-    other than None (the scale is ``head_dim^-1/2``), ``strides`` other than
+    ``window_size=None``). ``use_abs_pos_embed`` is this class's own argument too (the same
+    ``absolute_pos_embed`` table; mmseg and mmdet add it unresized, so there the input must
+    have the pretraining grid, where this class resizes it as mmpretrain does). Refused (not
+    implemented): ``qk_scale`` other than None (the scale is ``head_dim^-1/2``), ``strides`` other than
     ``(patch_size, 2, 2, ...)``, mmpretrain's ``out_after_downsample=True``, ``patch_cfg``,
+    ``interpolate_mode`` other than 'bicubic' (how the absolute position table is resized),
     ``drop_rate > 0`` (there it drops only after the patch embedding, here also in every block).
-    No effect, as there: ``interpolate_mode`` (of the absolute position embedding, which neither
-    has) and ``norm_eval`` (its LayerNorms have no running statistics).
+    No effect, as there: ``norm_eval`` (its LayerNorms have no running statistics).
 
     Maps no larger than the window: with mmseg's / mmdet's arguments the window attention pads
     them to the window and keeps the shift; with mmpretrain's, its ``pad_small_map`` (default
@@ -85,14 +89,14 @@ def from_upstream_swin(kwargs: dict) -> dict:
                                 ('pretrain_img_size', *MMSEG_SWIN_ONLY))
     if not (mmseg or mmpretrain or set(kwargs) & set(UPSTREAM_SWIN)):
         return kwargs
-    reject_unsupported(name, kwargs, dict(use_abs_pos_embed=False, qk_scale=None, out_after_downsample=False,
-                                          patch_cfg={}),
-                       dict(use_abs_pos_embed='positions come from the window tables',
+    reject_unsupported(name, kwargs, dict(qk_scale=None, out_after_downsample=False, patch_cfg={},
+                                          interpolate_mode='bicubic'),
+                       dict(interpolate_mode='the absolute position table is resized bicubically',
                             qk_scale='the window attention scales by head_dim^-1/2',
                             out_after_downsample='each stage outputs before its patch merging',
                             patch_cfg='the patch embedding is built from patch_size and patch_norm'))
-    for key in ('use_abs_pos_embed', 'qk_scale', 'out_after_downsample', 'patch_cfg', 'convert_weights',
-                'interpolate_mode', 'norm_eval'):  # the last two: see above
+    for key in ('qk_scale', 'out_after_downsample', 'patch_cfg', 'convert_weights', 'interpolate_mode',
+                'norm_eval'):  # the last one: see above
         kwargs.pop(key, None)
     if mmseg:
         arch = {k: kwargs.pop(k, MMSEG_SWIN_ONLY[k]) for k in ('embed_dims', 'depths', 'num_heads')}
@@ -167,19 +171,22 @@ class LiSASwinTransformer(LiSABackbone):
         pretrain_img_size: input size (int or (H, W)) of the pretraining; sets the
             grids of the global attentions' positional encodings.
         patch_norm: LayerNorm in the patch embedding and the patch mergings.
+        use_abs_pos_embed: add a learnt ``absolute_pos_embed`` (the patch grid of
+            ``pretrain_img_size``, resized bicubically to other grids) after the patch embedding.
         out_indices: stages whose outputs are returned, each after its own
             LayerNorm ``norm{i}`` (strides 4, 8, 16, 32).
         drop_path_rate: stochastic depth, rising linearly over the blocks
             (Swin-T/S/B use 0.2/0.3/0.5 in ImageNet, 0.3 in UperNet, 0.2 in Mask R-CNN).
         frozen_stages: -1 freezes nothing, 0 the patch embedding, k also the
             stages 1..k (with their patch merging and output norm), as mmseg's and mmdet's
-            ``SwinTransformer``. With mmpretrain's arguments its numbers mean what they mean
-            there (:func:`from_upstream_swin`): k freezes the patch embedding and stages 0..k.
+            ``SwinTransformer`` (0 also the absolute position embedding). With mmpretrain's
+            arguments its numbers mean what they mean there (:func:`from_upstream_swin`): k
+            freezes the patch embedding and stages 0..k.
         with_cp: gradient checkpointing of every block.
         upstream: whose ``SwinTransformer`` the arguments are those of: None (this class's own),
             'mmseg', 'mmdet' or 'mmpretrain'; set by :func:`from_upstream_swin`. Parts of the
             freezing follow it: mmpretrain leaves the output norms of frozen stages in
-            training mode (their parameters frozen).
+            training mode (their parameters frozen) and the absolute position embedding trainable.
         init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=..., allow_new=...)``
             (:class:`.base.LiSABackbone`): an official Swin, an mmseg/mmdet/mmpretrain
             ``SwinTransformer`` or a LiSASwinTransformer checkpoint (e.g. of an
@@ -201,6 +208,7 @@ class LiSASwinTransformer(LiSABackbone):
     arch_keys = ('embed_dims', 'depths', 'num_heads')
     stage_keys = ('depths', 'num_heads')
     UPSTREAMS = (None, 'mmseg', 'mmdet', 'mmpretrain')
+    embeddings = ('absolute_pos_embed',)
 
     @accepts_upstream_args(from_upstream_swin)
     def __init__(
@@ -215,6 +223,7 @@ class LiSASwinTransformer(LiSABackbone):
         out_indices: int | Sequence[int] = (0, 1, 2, 3),
         qkv_bias: bool = True,
         patch_norm: bool = True,
+        use_abs_pos_embed: bool = False,
         drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
         drop_path_rate: float = 0.1,
@@ -237,8 +246,12 @@ class LiSASwinTransformer(LiSABackbone):
 
         self.patch_embed = PatchEmbed(in_channels, self.num_features[0], kernel_size=patch_size, stride=patch_size,
                                       padding='corner', norm_cfg=patch_norm_cfg)
-        self.drop_after_pos = nn.Dropout(drop_rate)
         grid = [math.ceil(s / patch_size) for s in to_pair(pretrain_img_size, 'pretrain_img_size')]
+        self.use_abs_pos_embed = use_abs_pos_embed
+        if use_abs_pos_embed:  # pos_shape: the table's grid, by which loading resizes it (.loading)
+            self.pos_shape = tuple(grid)
+            self.absolute_pos_embed = nn.Parameter(torch.zeros(1, math.prod(grid), self.num_features[0]))
+        self.drop_after_pos = nn.Dropout(drop_rate)
         self.stages = nn.ModuleList()
         for i, (dim, depth, heads, rates) in enumerate(
                 zip(self.num_features, depths, num_heads, stage_drop_path_rates(drop_path_rate, depths))):
@@ -255,6 +268,8 @@ class LiSASwinTransformer(LiSABackbone):
 
     def forward(self, x: Tensor) -> tuple[Tensor, ...]:
         x, hw_shape = self.patch_embed(x)
+        if self.use_abs_pos_embed:
+            x = x + resize_grid_tokens(self.absolute_pos_embed, self.pos_shape, hw_shape, 'bicubic')
         x = self.drop_after_pos(x)
         outs = []
         for i, stage in enumerate(self.stages):
@@ -272,7 +287,8 @@ class LiSASwinTransformer(LiSABackbone):
         norms = [getattr(self, f'norm{i}') for i in self.out_indices if i < k]
         if self.upstream == 'mmpretrain':  # it stops their gradients but leaves them in training mode
             norms = [p for norm in norms for p in norm.parameters()]
-        return [self.patch_embed, self.drop_after_pos, *self.stages[:k], *norms]
+        table = [] if self.upstream == 'mmpretrain' else [getattr(self, 'absolute_pos_embed', None)]
+        return [self.patch_embed, self.drop_after_pos, *table, *self.stages[:k], *norms]
 
     @staticmethod
     def convert_checkpoint(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
