@@ -28,6 +28,7 @@ from .base import (
     LiSABackbone,
     accepts_upstream_args,
     build_blocks,
+    named_upstream,
     nlc_to_nchw,
     one_vocabulary,
     pretrained_to_init_cfg,
@@ -77,6 +78,13 @@ def from_upstream_swin(kwargs: dict) -> dict:
     ``drop_rate > 0`` (there it drops only after the patch embedding, here also in every block).
     No effect, as there: ``norm_eval`` (its LayerNorms have no running statistics).
 
+    Which vocabulary: a call naming one of mmseg's / mmdet's own arguments is theirs, one naming
+    one of mmpretrain's is mmpretrain's, one naming only ``window_size`` (both have it) is
+    mmseg's; any other call (``LiSASwinTransformer()``, or only ``frozen_stages``, ``with_cp``,
+    ``use_abs_pos_embed``, ...) is this class's own (LiSA in stages 1-2). ``upstream='mmseg'`` /
+    ``'mmdet'`` / ``'mmpretrain'`` names the vocabulary, defaults included
+    (``LiSASwinTransformer(upstream='mmpretrain')`` is mmpretrain's Swin-T).
+
     Maps no larger than the window: with mmseg's / mmdet's arguments the window attention pads
     them to the window and keeps the shift; with mmpretrain's, its ``pad_small_map`` (default
     False) goes to every window stage: False leaves a map whose shorter side is the window
@@ -87,6 +95,16 @@ def from_upstream_swin(kwargs: dict) -> dict:
                            ('arch', *MMPRETRAIN_SWIN_ONLY))
     mmpretrain = one_vocabulary(name, kwargs, "mmpretrain's SwinTransformer", MMPRETRAIN_SWIN_ONLY,
                                 ('pretrain_img_size', *MMSEG_SWIN_ONLY))
+    named = kwargs.get('upstream')
+    upstream = named_upstream(name, kwargs, LiSASwinTransformer.UPSTREAMS,
+                              ('pretrain_img_size',) if named == 'mmpretrain' else ('arch',))
+    if upstream is not None:
+        other, other_keys = (("mmseg's/mmdet's", MMSEG_SWIN_ONLY) if upstream == 'mmpretrain'
+                             else ("mmpretrain's", MMPRETRAIN_SWIN_ONLY))
+        if keys := sorted(set(kwargs) & set(other_keys)):
+            raise TypeError(f'{name} got upstream={upstream!r} and arguments of {other} SwinTransformer '
+                            f'({", ".join(keys)}); use one vocabulary per call')
+        mmseg, mmpretrain = upstream != 'mmpretrain', upstream == 'mmpretrain'
     if not (mmseg or mmpretrain or set(kwargs) & set(UPSTREAM_SWIN)):
         return kwargs
     reject_unsupported(name, kwargs, dict(qk_scale=None, out_after_downsample=False, patch_cfg={},
@@ -131,7 +149,7 @@ def from_upstream_swin(kwargs: dict) -> dict:
     elif windows[0] is not None:
         kwargs['attn_cfgs'] = set_attn_arg(kwargs['attn_cfgs'], num_stages, 'window_size', 'window_size', windows,
                                            'window', given=given)
-    kwargs['upstream'] = 'mmpretrain' if mmpretrain else 'mmseg'
+    kwargs['upstream'] = upstream or ('mmpretrain' if mmpretrain else 'mmseg')
     if mmpretrain and pad_small_map is not None:
         kwargs['attn_cfgs'] = set_attn_arg(kwargs['attn_cfgs'], num_stages, 'pad_small_map', 'pad_small_map',
                                            [pad_small_map] * num_stages, 'window', given=pad_given)

@@ -27,6 +27,7 @@ from .base import (
     LiSABackbone,
     accepts_upstream_args,
     build_blocks,
+    named_upstream,
     nlc_to_nchw,
     one_vocabulary,
     reject_unsupported,
@@ -51,9 +52,15 @@ def from_mmpretrain_vit(kwargs: dict) -> dict:
     ``DistilledVisionTransformer`` (DeiT with a distillation token) takes the same arguments;
     LiSAViT has no distillation token. ``frozen_stages`` as there: 0 freezes nothing (this
     class's 0 freezes the embeddings), ``k > 0`` the embeddings and layers 1..k.
+
+    A call with none of mmpretrain's own arguments (``LiSAViT()``, ``LiSAViT(arch='deit-tiny')``,
+    or only ``frozen_stages``, ``with_cp``, ...) is this class's (LiSA in every layer, DeiT-T by
+    default); ``upstream='mmpretrain'`` makes it mmpretrain's, its defaults included
+    (``LiSAViT(upstream='mmpretrain')`` is its softmax ViT-B).
     """
-    if not one_vocabulary('LiSAViT', kwargs, "mmpretrain's VisionTransformer", MMPRETRAIN_VIT_ONLY,
-                          ('pretrain_img_size',)):
+    named = named_upstream('LiSAViT', kwargs, LiSAViT.UPSTREAMS, ('pretrain_img_size',))
+    if not (one_vocabulary('LiSAViT', kwargs, "mmpretrain's VisionTransformer", MMPRETRAIN_VIT_ONLY,
+                           ('pretrain_img_size',)) or named):
         return kwargs
     reject_unsupported('LiSAViT', kwargs, {k: v for k, v in MMPRETRAIN_VIT_ONLY.items() if k != 'img_size'},
                        dict(interpolate_mode='position tables are resized bicubically',
@@ -130,7 +137,8 @@ class LiSAViT(LiSABackbone):
         frozen_stages: -1 (none) .. num_layers, see above; with mmpretrain's arguments
             (:func:`from_mmpretrain_vit`) 0 freezes nothing, as there.
         upstream: None (this class's own arguments) or 'mmpretrain' (those of its
-            ``VisionTransformer``); set by :func:`from_mmpretrain_vit`.
+            ``VisionTransformer``, defaults included); set by :func:`from_mmpretrain_vit` when
+            the call names one of them.
         init_cfg: None for DeiT's initialisation (truncated normal 0.02 for linear
             layers, ``pos_embed`` and the class token, zero bias, LayerNorm 1/0), or
             ``dict(type='Pretrained', checkpoint=..., prefix=..., allow_new=...)``
