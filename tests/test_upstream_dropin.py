@@ -69,7 +69,8 @@ def input_size(key: tuple[str, str], args: dict) -> tuple[int, int]:
     num_stages = len(cls.resolve_arch(args.get('arch', 'tiny'))['depths'])
     stage_cfgs = args.get('stage_cfgs', {})
     stage_cfgs = [stage_cfgs] * num_stages if isinstance(stage_cfgs, dict) else stage_cfgs
-    windows = [c.get('block_cfgs', {}).get('window_size', args.get('window_size', 7)) for c in stage_cfgs]
+    windows = [c.get('block_cfgs', {}).get('window_size', c.get('window_size', args.get('window_size', 7)))
+               for c in stage_cfgs]
     side = max(w * args.get('patch_size', 4) * 2 ** i for i, w in enumerate(windows))
     return side, side + 9
 

@@ -218,3 +218,30 @@ def test_upstream_gives_frozen_stages_its_meaning_there():
 def test_a_named_upstream_refuses_the_other_vocabularies(cls, kwargs, error, match):
     with pytest.raises(error, match=match):
         cls(**kwargs)
+
+
+# ---------------------------------------------------------------- 4. mmpretrain Swin's stage_cfgs / block_cfgs
+
+
+def test_mmpretrain_swin_stage_and_block_window_settings_give_mmpretrain_outputs():
+    stage_cfgs = [dict(window_size=4), dict(block_cfgs=dict(pad_small_map=True)), {},
+                  dict(pad_small_map=True, block_cfgs=dict(window_size=5))]
+    kwargs = dict(arch=SMALL_SWIN, img_size=224, out_indices=(0, 1, 2, 3), stage_cfgs=stage_cfgs)
+    reference = perturbed(upstream_swin('mmpretrain', **kwargs))
+    ours = LiSASwinTransformer(**kwargs).eval()
+    assert [(s.blocks[0].attn.window_size, s.blocks[0].attn.pad_small_map) for s in ours.stages] == [
+        (4, False), (7, True), (7, False), (5, True)]
+    ours.load_state_dict(reference.state_dict())
+    assert_same_outputs(ours, reference, torch.randn(1, 3, 224, 233))
+
+
+@pytest.mark.parametrize('stage_cfgs, match', [
+    (dict(block_cfgs=dict(norm_cfg=dict(type='LN', eps=1e-6))),
+     r"stage_cfgs\[0\].block_cfgs.norm_cfg=.* is not supported \(the blocks' norms"),
+    (dict(block_cfgs=dict(ffn_cfgs=dict(ffn_drop=0.1))), r'block_cfgs.ffn_cfgs=.* is not supported \(the FFN'),
+    (dict(downsample_cfg=dict(kernel_size=3)),
+     r'stage_cfgs\[0\].downsample_cfg=.* is not supported \(the patch merging'),
+])
+def test_mmpretrain_swin_stage_settings_without_a_counterpart_are_refused_with_the_reason(stage_cfgs, match):
+    with pytest.raises(ValueError, match=match):
+        LiSASwinTransformer(arch=SMALL_SWIN, img_size=224, stage_cfgs=stage_cfgs)

@@ -48,15 +48,44 @@ MMPRETRAIN_SWIN_ONLY = dict(img_size=224, out_after_downsample=False, interpolat
 UPSTREAM_SWIN = dict(window_size=7)  # in both
 
 
-def _stage_windows(stage_cfgs: Mapping | Sequence[Mapping], num_stages: int) -> list[int] | None:
-    """The per-stage window sizes of mmpretrain's ``stage_cfgs`` (only ``block_cfgs.window_size`` is implemented)."""
+#: mmpretrain's stage_cfgs / block_cfgs keys with no counterpart here, and why
+STAGE_CFG_REASONS = dict(
+    norm_cfg="the blocks' norms follow the backbone's norm_cfg, which in mmpretrain sets only the output norms",
+    ffn_cfgs='the FFN is built from mlp_ratio 4, GELU and no dropout',
+    attn_cfgs='the window attention is built from window_size and pad_small_map',
+    downsample_cfg='the patch merging is built from the stage widths and patch_norm',
+    downsample='every stage but the last ends with a patch merging',
+    shift='odd blocks of a stage are shifted', ffn_ratio='the FFN is 4 times wider', with_cp='with_cp is global',
+    drop_path='drop_path_rate sets it', drop_paths='drop_path_rate sets it', depth='arch sets it',
+    num_heads='arch sets it', embed_dims='arch sets it')
+WINDOW_KEYS = ('window_size', 'pad_small_map')  # what stage_cfgs / block_cfgs may set: the window attention's
+
+
+def _stage_window_args(stage_cfgs: Mapping | Sequence[Mapping], num_stages: int) -> list[dict]:
+    """Per stage, the window attention's ``window_size`` / ``pad_small_map`` that mmpretrain's
+    ``stage_cfgs`` (and their ``block_cfgs``, which override them, as in mmpretrain) set; a key
+    without a counterpart raises with the reason (:data:`STAGE_CFG_REASONS`)."""
     cfgs = [stage_cfgs] * num_stages if isinstance(stage_cfgs, Mapping) else list(stage_cfgs)
-    if len(cfgs) != num_stages or any(set(c) - {'block_cfgs'} or set(c.get('block_cfgs', {})) - {'window_size'}
-                                      for c in cfgs):
-        raise ValueError(f'stage_cfgs={stage_cfgs!r}: only dict(block_cfgs=dict(window_size=W)) (one for all stages '
-                         f'or one per stage) is implemented')
-    windows = [c.get('block_cfgs', {}).get('window_size') for c in cfgs]
-    return None if all(w is None for w in windows) else windows
+    if len(cfgs) != num_stages:
+        raise ValueError(f'stage_cfgs has {len(cfgs)} entries; give one dict for all stages or one per stage '
+                         f'({num_stages})')
+    args = []
+    for i, cfg in enumerate(cfgs):
+        blocks = cfg.get('block_cfgs', {})
+        if not isinstance(blocks, Mapping):  # one dict per block: the blocks of a stage share one attention
+            if any(dict(b) != dict(blocks[0]) for b in blocks):
+                raise ValueError(f'stage_cfgs[{i}].block_cfgs={blocks!r} is not supported (the blocks of a stage '
+                                 'share their settings); not implemented: one dict for all its blocks')
+            blocks = blocks[0] if blocks else {}
+        for where, part in ((f'stage_cfgs[{i}].', {k: v for k, v in cfg.items() if k != 'block_cfgs'}),
+                            (f'stage_cfgs[{i}].block_cfgs.', blocks)):
+            for key, value in part.items():
+                if key not in WINDOW_KEYS:
+                    reason = STAGE_CFG_REASONS.get(key, 'not an argument of the window attention')
+                    raise ValueError(f'{where}{key}={value!r} is not supported ({reason}); only '
+                                     f'{" and ".join(WINDOW_KEYS)} are implemented there')
+        args.append({k: blocks.get(k, cfg.get(k)) for k in WINDOW_KEYS if k in blocks or k in cfg})
+    return args
 
 
 def from_upstream_swin(kwargs: dict) -> dict:
@@ -66,7 +95,9 @@ def from_upstream_swin(kwargs: dict) -> dict:
     (-> ``init_cfg``); ``convert_weights`` has no effect (checkpoints are converted by their
     key layout, :func:`convert_swin_checkpoint`). mmpretrain: ``arch`` as this class's,
     ``img_size`` (-> ``pretrain_img_size``), ``out_indices`` defaulting to ``(3,)``,
-    ``stage_cfgs=dict(block_cfgs=dict(window_size=W))``. Both: the attention defaults to
+    ``window_size`` and ``pad_small_map`` in ``stage_cfgs`` and their ``block_cfgs`` (one dict for
+    all stages or one per stage; other keys are refused with the reason, :data:`STAGE_CFG_REASONS`).
+    Both: the attention defaults to
     ``dict(type='window', window_size=window_size)`` in every stage; with ``attn_cfgs`` given,
     ``window_size`` goes to its window stages, and raises if there are none (pass
     ``window_size=None``). ``use_abs_pos_embed`` is this class's own argument too (the same
@@ -141,9 +172,11 @@ def from_upstream_swin(kwargs: dict) -> dict:
             raise ValueError(f"frozen_stages={frozen_stages}: mmpretrain's SwinTransformer counts the stages from 0 "
                              f'(0 freezes the patch embedding and stage 0), so it must be in [-1, {num_stages - 1}]')
         kwargs['frozen_stages'] = frozen_stages + 1 if frozen_stages >= 0 else -1  # this class counts from 1
-        stage_windows = _stage_windows(kwargs.pop('stage_cfgs', {}), num_stages)
-        if stage_windows:  # as in mmpretrain, a stage's block_cfgs window overrides window_size
-            windows, given = [s or w for s, w in zip(stage_windows, windows)], True
+        stage_args = _stage_window_args(kwargs.pop('stage_cfgs', {}), num_stages)
+        if any('window_size' in a for a in stage_args):  # as in mmpretrain, a stage's window overrides window_size
+            windows, given = [a.get('window_size', w) for a, w in zip(stage_args, windows)], True
+        if pad_small_map is not None and any('pad_small_map' in a for a in stage_args):
+            pad_small_map, pad_given = [a.get('pad_small_map', pad_small_map) for a in stage_args], True
     if 'attn_cfgs' not in kwargs:
         kwargs['attn_cfgs'] = [dict(type='window', **({} if w is None else dict(window_size=w))) for w in windows]
     elif windows[0] is not None:
@@ -151,8 +184,9 @@ def from_upstream_swin(kwargs: dict) -> dict:
                                            'window', given=given)
     kwargs['upstream'] = upstream or ('mmpretrain' if mmpretrain else 'mmseg')
     if mmpretrain and pad_small_map is not None:
+        pads = pad_small_map if isinstance(pad_small_map, list) else [pad_small_map] * num_stages
         kwargs['attn_cfgs'] = set_attn_arg(kwargs['attn_cfgs'], num_stages, 'pad_small_map', 'pad_small_map',
-                                           [pad_small_map] * num_stages, 'window', given=pad_given)
+                                           pads, 'window', given=pad_given)
     return kwargs
 
 
