@@ -134,7 +134,7 @@ def test_representative_configs_build_the_upstream_model_with_only_the_type_swap
 def shipped_configs(package: str) -> list[Path]:
     """The package's configs that name one of the upstream types or inherit (``_base_``, by
     relative path) from one that does: a cheap superset of those whose backbone is one."""
-    files = sorted(CONFIGS[package].rglob('*.py'))
+    files = sorted(f.resolve() for f in CONFIGS[package].rglob('*.py'))  # as the _base_ paths below (a linked venv)
     texts = {f: f.read_text() for f in files}
     names = '|'.join(sorted({name for _, name in DROPIN}))
     marked = {f for f, t in texts.items() if re.search(rf"['\"](\w+\.)?({names})['\"]", t)}
