@@ -39,6 +39,10 @@ class ShiftedWindowAttention(nn.Module):
     else 0. The result is shifted back and cropped to ``(H, W)``. As in the
     official and mmseg implementations, padded tokens are not masked.
 
+    ``pad_small_map=False`` (mmpretrain's ``SwinTransformer`` default, for classification): a map
+    whose shorter side equals ``w`` is not shifted, and one whose shorter side is below ``w`` is
+    refused (mmpretrain asserts); ``True`` (mmseg's, mmdet's behaviour) pads and shifts every map.
+
     Parameters are named as in the official Swin (``qkv``, ``proj``,
     ``relative_position_bias_table``) and, except for the table, as in the
     global attentions, so a Swin checkpoint initialises every stage's
@@ -48,7 +52,8 @@ class ShiftedWindowAttention(nn.Module):
 
     def __init__(self, dim: int, num_heads: int, window_size: int = 7, shift: bool | None = None,
                  qkv_bias: bool = True, attn_drop: float = 0.0, proj_drop: float = 0.0,
-                 pos_shape: Sequence[int] | None = None, num_prefix_tokens: int = 0, block_index: int = 0) -> None:
+                 pos_shape: Sequence[int] | None = None, num_prefix_tokens: int = 0, block_index: int = 0,
+                 pad_small_map: bool = True) -> None:
         super().__init__()
         check_heads(dim, num_heads)
         shift = block_index % 2 == 1 if shift is None else shift
@@ -61,6 +66,7 @@ class ShiftedWindowAttention(nn.Module):
                              '(e.g. LiSAViT needs with_cls_token=False)')
         self.num_heads, self.window_size = num_heads, window_size
         self.shift_size = window_size // 2 if shift else 0
+        self.pad_small_map = pad_small_map
         self.attn_drop = attn_drop
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
@@ -78,6 +84,10 @@ class ShiftedWindowAttention(nn.Module):
     def shift_mask(self, hp: int, wp: int, device: torch.device) -> Tensor:
         """``M`` of every window of the padded ``(hp, wp)`` grid, ``(nW, w^2, w^2)``."""
         w, s = self.window_size, self.shift_size
+        return self._shift_mask(hp, wp, w, s, device)
+
+    @staticmethod
+    def _shift_mask(hp: int, wp: int, w: int, s: int, device: torch.device) -> Tensor:
         region = torch.zeros(hp, wp, device=device)
         cuts = (slice(0, -w), slice(-w, -s), slice(-s, None))
         for i, (rows, cols) in enumerate(product(cuts, cuts)):
@@ -89,6 +99,12 @@ class ShiftedWindowAttention(nn.Module):
         b, n, c = x.shape
         h, w = hw_shape
         ws, s = self.window_size, self.shift_size
+        if not self.pad_small_map and min(h, w) <= ws:
+            if min(h, w) < ws:
+                raise ValueError(f'a {h}x{w} map is smaller than window_size={ws}, which pad_small_map=False '
+                                 "(mmpretrain's default) refuses as mmpretrain does: pass pad_small_map=True "
+                                 'or a smaller window_size')
+            s = 0  # mmpretrain (as the official Swin): no shift on a map of the window's size
         x = pad_grid(x, hw_shape, ws)
         hp, wp = x.shape[1:3]
         if s:
@@ -99,7 +115,8 @@ class ShiftedWindowAttention(nn.Module):
         # (and its ONNX translation) takes 4-D tensors; M then broadcasts over the batch without a copy.
         q, k, v = self.qkv(windows).unflatten(-1, (3, self.num_heads, -1)).permute(3, 0, 1, 4, 2, 5).flatten(2, 3)
         mask = self.relative_position_bias_table[self.relative_position_index].permute(2, 0, 1)  # (heads, w^2, w^2)
-        mask = mask.repeat(nw, 1, 1) if not s else (mask + self.shift_mask(hp, wp, x.device)[:, None]).flatten(0, 1)
+        mask = mask.repeat(nw, 1, 1) if not s else (mask + self._shift_mask(hp, wp, ws, s, x.device)[:, None]
+                                                    ).flatten(0, 1)
         out = F.scaled_dot_product_attention(                                                  # (B, nW*heads, w^2, d)
             q, k, v, attn_mask=mask.to(q.dtype), dropout_p=self.attn_drop if self.training else 0.0)
         out = self.proj_drop(self.proj(out.unflatten(1, (nw, self.num_heads)).transpose(2, 3).flatten(-2)))

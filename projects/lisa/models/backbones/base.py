@@ -96,6 +96,24 @@ def one_vocabulary(backbone: str, kwargs: Mapping, upstream: str, upstream_keys:
     return bool(theirs)
 
 
+def named_upstream(backbone: str, kwargs: Mapping, upstreams: Sequence[str | None], own_keys: Sequence[str]
+                   ) -> str | None:
+    """The upstream library that ``kwargs`` name with ``upstream=NAME`` (None if they name none):
+    one of ``upstreams``, else ValueError; with one of this backbone's ``own_keys``, TypeError.
+
+    A call that fits both vocabularies (no argument only the upstream backbone has) builds this
+    backbone's own model; ``upstream=NAME`` makes it the upstream one, defaults included.
+    """
+    upstream = kwargs.get('upstream')
+    if upstream not in upstreams:
+        raise ValueError(f'{backbone}: upstream={upstream!r} is not one of {list(upstreams)}')
+    ours = sorted(set(kwargs) & set(own_keys))
+    if upstream is not None and ours:
+        raise TypeError(f'{backbone} got upstream={upstream!r} and its own arguments ({", ".join(ours)}); '
+                        'use one vocabulary per call')
+    return upstream
+
+
 def accepts_upstream_args(translate: Callable[[dict], dict]) -> Callable:
     """Decorate a backbone's ``__init__`` so that it also takes the arguments of the upstream
     backbone it stands in for: ``translate(kwargs)`` returns the call in this backbone's own

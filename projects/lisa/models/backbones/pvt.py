@@ -27,6 +27,7 @@ from .base import (
     LiSABackbone,
     accepts_upstream_args,
     build_blocks,
+    named_upstream,
     nlc_to_nchw,
     one_vocabulary,
     pretrained_to_init_cfg,
@@ -56,8 +57,14 @@ def from_mmdet_pvt(kwargs: dict) -> dict:
     are converted by their key layout (:func:`convert_pvt_checkpoint`). Not implemented, so
     refused: ``strides`` other than ``patch_sizes`` (overlapping embeddings),
     ``use_abs_pos_embed=False``, ``norm_after_stage``, ``use_conv_ffn`` (PVT v2's parts).
+
+    A call with none of mmdet's own arguments (``LiSAPVT()``, or only ``frozen_stages``,
+    ``pretrain_img_size``, ...) is this class's (LiSA-PVT-T); ``upstream='mmdet'`` makes it
+    mmdet's, its defaults included (``LiSAPVT(upstream='mmdet')`` is mmdet's PVT-Small).
     """
-    if not one_vocabulary('LiSAPVT', kwargs, "mmdet's PyramidVisionTransformer", MMDET_PVT_ONLY, ('arch',)):
+    named = named_upstream('LiSAPVT', kwargs, LiSAPVT.UPSTREAMS, ('arch',))
+    if not (one_vocabulary('LiSAPVT', kwargs, "mmdet's PyramidVisionTransformer", MMDET_PVT_ONLY, ('arch',))
+            or named):
         return kwargs
     kwargs = {**{k: v for k, v in MMDET_PVT_ONLY.items() if k != 'sr_ratios'}, **kwargs}
     reject_unsupported('LiSAPVT', kwargs, dict(use_abs_pos_embed=True, norm_after_stage=False, use_conv_ffn=False),
@@ -87,6 +94,7 @@ def from_mmdet_pvt(kwargs: dict) -> dict:
         attn_cfgs = set_attn_arg(attn_cfgs, num_stages, 'sr_ratios', 'sr_ratio', sr_ratios, 'softmax', neutral=1,
                                  given=given)
     kwargs['attn_cfgs'] = attn_cfgs
+    kwargs['upstream'] = 'mmdet'
     return kwargs
 
 
@@ -141,6 +149,9 @@ class LiSAPVT(LiSABackbone):
         frozen_stages: -1 freezes nothing, 0 the first patch embedding and its
             position embedding, k the whole stages 1..k.
         with_cp: gradient checkpointing of every block.
+        upstream: None (this class's own arguments) or 'mmdet' (those of its
+            ``PyramidVisionTransformer``, defaults included; set by :func:`from_mmdet_pvt` when
+            the call names one of them).
         init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=..., allow_new=...)``
             (:class:`.base.LiSABackbone`): an official PVT v1, an mmdet
             ``PyramidVisionTransformer`` or a LiSAPVT checkpoint (e.g. of an
@@ -167,6 +178,7 @@ class LiSAPVT(LiSABackbone):
     arch_keys = stage_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratios')
     embeddings = ('stages.*.pos_embed',)
     conv_fan_out = True
+    UPSTREAMS = (None, 'mmdet')
 
     @accepts_upstream_args(from_mmdet_pvt)
     def __init__(
@@ -186,9 +198,13 @@ class LiSAPVT(LiSABackbone):
         norm_cfg: dict = dict(type='LN', eps=1e-6),
         frozen_stages: int = -1,
         with_cp: bool = False,
+        upstream: str | None = None,
         init_cfg: dict | None = None,
     ) -> None:
         super().__init__(arch, init_cfg)
+        if upstream not in self.UPSTREAMS:
+            raise ValueError(f'upstream={upstream!r} is not one of {self.UPSTREAMS}')
+        self.upstream = upstream
         settings, num_stages = self.arch_settings, self.num_stages
         if len(patch_sizes) != num_stages:
             raise ValueError(f'patch_sizes={tuple(patch_sizes)} needs one entry per stage ({num_stages})')

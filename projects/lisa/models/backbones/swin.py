@@ -19,6 +19,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
+import torch
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed, PatchMerging
 from torch import Tensor, nn
@@ -27,10 +28,12 @@ from .base import (
     LiSABackbone,
     accepts_upstream_args,
     build_blocks,
+    named_upstream,
     nlc_to_nchw,
     one_vocabulary,
     pretrained_to_init_cfg,
     reject_unsupported,
+    resize_grid_tokens,
     set_attn_arg,
     stage_drop_path_rates,
     to_pair,
@@ -42,18 +45,47 @@ MMSEG_SWIN_ONLY = dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 
                        pretrained=None, convert_weights=False)
 MMPRETRAIN_SWIN_ONLY = dict(img_size=224, out_after_downsample=False, interpolate_mode='bicubic', norm_eval=False,
                             pad_small_map=False, stage_cfgs={}, patch_cfg={})
-UPSTREAM_SWIN = dict(window_size=7, use_abs_pos_embed=False)  # in both
+UPSTREAM_SWIN = dict(window_size=7)  # in both
 
 
-def _stage_windows(stage_cfgs: Mapping | Sequence[Mapping], num_stages: int) -> list[int] | None:
-    """The per-stage window sizes of mmpretrain's ``stage_cfgs`` (only ``block_cfgs.window_size`` is implemented)."""
+#: mmpretrain's stage_cfgs / block_cfgs keys with no counterpart here, and why
+STAGE_CFG_REASONS = dict(
+    norm_cfg="the blocks' norms follow the backbone's norm_cfg, which in mmpretrain sets only the output norms",
+    ffn_cfgs='the FFN is built from mlp_ratio 4, GELU and no dropout',
+    attn_cfgs='the window attention is built from window_size and pad_small_map',
+    downsample_cfg='the patch merging is built from the stage widths and patch_norm',
+    downsample='every stage but the last ends with a patch merging',
+    shift='odd blocks of a stage are shifted', ffn_ratio='the FFN is 4 times wider', with_cp='with_cp is global',
+    drop_path='drop_path_rate sets it', drop_paths='drop_path_rate sets it', depth='arch sets it',
+    num_heads='arch sets it', embed_dims='arch sets it')
+WINDOW_KEYS = ('window_size', 'pad_small_map')  # what stage_cfgs / block_cfgs may set: the window attention's
+
+
+def _stage_window_args(stage_cfgs: Mapping | Sequence[Mapping], num_stages: int) -> list[dict]:
+    """Per stage, the window attention's ``window_size`` / ``pad_small_map`` that mmpretrain's
+    ``stage_cfgs`` (and their ``block_cfgs``, which override them, as in mmpretrain) set; a key
+    without a counterpart raises with the reason (:data:`STAGE_CFG_REASONS`)."""
     cfgs = [stage_cfgs] * num_stages if isinstance(stage_cfgs, Mapping) else list(stage_cfgs)
-    if len(cfgs) != num_stages or any(set(c) - {'block_cfgs'} or set(c.get('block_cfgs', {})) - {'window_size'}
-                                      for c in cfgs):
-        raise ValueError(f'stage_cfgs={stage_cfgs!r}: only dict(block_cfgs=dict(window_size=W)) (one for all stages '
-                         f'or one per stage) is implemented')
-    windows = [c.get('block_cfgs', {}).get('window_size') for c in cfgs]
-    return None if all(w is None for w in windows) else windows
+    if len(cfgs) != num_stages:
+        raise ValueError(f'stage_cfgs has {len(cfgs)} entries; give one dict for all stages or one per stage '
+                         f'({num_stages})')
+    args = []
+    for i, cfg in enumerate(cfgs):
+        blocks = cfg.get('block_cfgs', {})
+        if not isinstance(blocks, Mapping):  # one dict per block: the blocks of a stage share one attention
+            if any(dict(b) != dict(blocks[0]) for b in blocks):
+                raise ValueError(f'stage_cfgs[{i}].block_cfgs={blocks!r} is not supported (the blocks of a stage '
+                                 'share their settings); not implemented: one dict for all its blocks')
+            blocks = blocks[0] if blocks else {}
+        for where, part in ((f'stage_cfgs[{i}].', {k: v for k, v in cfg.items() if k != 'block_cfgs'}),
+                            (f'stage_cfgs[{i}].block_cfgs.', blocks)):
+            for key, value in part.items():
+                if key not in WINDOW_KEYS:
+                    reason = STAGE_CFG_REASONS.get(key, 'not an argument of the window attention')
+                    raise ValueError(f'{where}{key}={value!r} is not supported ({reason}); only '
+                                     f'{" and ".join(WINDOW_KEYS)} are implemented there')
+        args.append({k: blocks.get(k, cfg.get(k)) for k in WINDOW_KEYS if k in blocks or k in cfg})
+    return args
 
 
 def from_upstream_swin(kwargs: dict) -> dict:
@@ -63,36 +95,57 @@ def from_upstream_swin(kwargs: dict) -> dict:
     (-> ``init_cfg``); ``convert_weights`` has no effect (checkpoints are converted by their
     key layout, :func:`convert_swin_checkpoint`). mmpretrain: ``arch`` as this class's,
     ``img_size`` (-> ``pretrain_img_size``), ``out_indices`` defaulting to ``(3,)``,
-    ``stage_cfgs=dict(block_cfgs=dict(window_size=W))``. Both: the attention defaults to
+    ``window_size`` and ``pad_small_map`` in ``stage_cfgs`` and their ``block_cfgs`` (one dict for
+    all stages or one per stage; other keys are refused with the reason, :data:`STAGE_CFG_REASONS`).
+    Both: the attention defaults to
     ``dict(type='window', window_size=window_size)`` in every stage; with ``attn_cfgs`` given,
     ``window_size`` goes to its window stages, and raises if there are none (pass
-    ``window_size=None``). Refused (not implemented): ``use_abs_pos_embed=True``, ``qk_scale``
-    other than None (the scale is ``head_dim^-1/2``), ``strides`` other than
+    ``window_size=None``). ``use_abs_pos_embed`` is this class's own argument too (the same
+    ``absolute_pos_embed`` table; mmseg and mmdet add it unresized, so there the input must
+    have the pretraining grid, where this class resizes it as mmpretrain does). Refused (not
+    implemented): ``qk_scale`` other than None (the scale is ``head_dim^-1/2``), ``strides`` other than
     ``(patch_size, 2, 2, ...)``, mmpretrain's ``out_after_downsample=True``, ``patch_cfg``,
+    ``interpolate_mode`` other than 'bicubic' (how the absolute position table is resized),
     ``drop_rate > 0`` (there it drops only after the patch embedding, here also in every block).
-    No effect, as there: ``interpolate_mode`` (of the absolute position embedding, which neither
-    has) and ``norm_eval`` (its LayerNorms have no running statistics).
+    No effect, as there: ``norm_eval`` (its LayerNorms have no running statistics).
 
-    Maps no larger than the window: the window attention pads them to the window and keeps the
-    shift (mmseg's, mmdet's, and mmpretrain's ``pad_small_map=True``); mmpretrain's default
-    ``pad_small_map=False`` instead shrinks the window to the map and drops the shift, so there
-    (an input under ``32 * window_size`` px) its outputs differ from mmpretrain's; the shapes are equal.
+    Which vocabulary: a call naming one of mmseg's / mmdet's own arguments is theirs, one naming
+    one of mmpretrain's is mmpretrain's, one naming only ``window_size`` (both have it) is
+    mmseg's; any other call (``LiSASwinTransformer()``, or only ``frozen_stages``, ``with_cp``,
+    ``use_abs_pos_embed``, ...) is this class's own (LiSA in stages 1-2). ``upstream='mmseg'`` /
+    ``'mmdet'`` / ``'mmpretrain'`` names the vocabulary, defaults included
+    (``LiSASwinTransformer(upstream='mmpretrain')`` is mmpretrain's Swin-T).
+
+    Maps no larger than the window: with mmseg's / mmdet's arguments the window attention pads
+    them to the window and keeps the shift; with mmpretrain's, its ``pad_small_map`` (default
+    False) goes to every window stage: False leaves a map whose shorter side is the window
+    unshifted and refuses a smaller one (as mmpretrain asserts), True pads as mmseg.
     """
     name = 'LiSASwinTransformer'
     mmseg = one_vocabulary(name, kwargs, "mmseg's/mmdet's SwinTransformer", MMSEG_SWIN_ONLY,
                            ('arch', *MMPRETRAIN_SWIN_ONLY))
     mmpretrain = one_vocabulary(name, kwargs, "mmpretrain's SwinTransformer", MMPRETRAIN_SWIN_ONLY,
                                 ('pretrain_img_size', *MMSEG_SWIN_ONLY))
+    named = kwargs.get('upstream')
+    upstream = named_upstream(name, kwargs, LiSASwinTransformer.UPSTREAMS,
+                              ('pretrain_img_size',) if named == 'mmpretrain' else ('arch',))
+    if upstream is not None:
+        other, other_keys = (("mmseg's/mmdet's", MMSEG_SWIN_ONLY) if upstream == 'mmpretrain'
+                             else ("mmpretrain's", MMPRETRAIN_SWIN_ONLY))
+        if keys := sorted(set(kwargs) & set(other_keys)):
+            raise TypeError(f'{name} got upstream={upstream!r} and arguments of {other} SwinTransformer '
+                            f'({", ".join(keys)}); use one vocabulary per call')
+        mmseg, mmpretrain = upstream != 'mmpretrain', upstream == 'mmpretrain'
     if not (mmseg or mmpretrain or set(kwargs) & set(UPSTREAM_SWIN)):
         return kwargs
-    reject_unsupported(name, kwargs, dict(use_abs_pos_embed=False, qk_scale=None, out_after_downsample=False,
-                                          patch_cfg={}),
-                       dict(use_abs_pos_embed='positions come from the window tables',
+    reject_unsupported(name, kwargs, dict(qk_scale=None, out_after_downsample=False, patch_cfg={},
+                                          interpolate_mode='bicubic'),
+                       dict(interpolate_mode='the absolute position table is resized bicubically',
                             qk_scale='the window attention scales by head_dim^-1/2',
                             out_after_downsample='each stage outputs before its patch merging',
                             patch_cfg='the patch embedding is built from patch_size and patch_norm'))
-    for key in ('use_abs_pos_embed', 'qk_scale', 'out_after_downsample', 'patch_cfg', 'convert_weights',
-                'interpolate_mode', 'norm_eval', 'pad_small_map'):  # the last three: see above
+    for key in ('qk_scale', 'out_after_downsample', 'patch_cfg', 'convert_weights', 'interpolate_mode',
+                'norm_eval'):  # the last one: see above
         kwargs.pop(key, None)
     if mmseg:
         arch = {k: kwargs.pop(k, MMSEG_SWIN_ONLY[k]) for k in ('embed_dims', 'depths', 'num_heads')}
@@ -105,6 +158,8 @@ def from_upstream_swin(kwargs: dict) -> dict:
     num_stages = len(LiSASwinTransformer.resolve_arch(kwargs.get('arch', 'tiny'))['depths'])
     given = 'window_size' in kwargs
     windows = [kwargs.pop('window_size', UPSTREAM_SWIN['window_size'])] * num_stages
+    pad_given = 'pad_small_map' in kwargs
+    pad_small_map = kwargs.pop('pad_small_map', MMPRETRAIN_SWIN_ONLY['pad_small_map'])
     if mmpretrain:
         if kwargs.get('drop_rate', 0) > 0:
             raise ValueError(f"{name}: drop_rate={kwargs['drop_rate']} is not supported with mmpretrain's "
@@ -112,14 +167,26 @@ def from_upstream_swin(kwargs: dict) -> dict:
         if 'img_size' in kwargs:
             kwargs['pretrain_img_size'] = kwargs.pop('img_size')
         kwargs.setdefault('out_indices', (3,))
-        stage_windows = _stage_windows(kwargs.pop('stage_cfgs', {}), num_stages)
-        if stage_windows:  # as in mmpretrain, a stage's block_cfgs window overrides window_size
-            windows, given = [s or w for s, w in zip(stage_windows, windows)], True
+        frozen_stages = kwargs.get('frozen_stages', -1)
+        if not -1 <= frozen_stages < num_stages:
+            raise ValueError(f"frozen_stages={frozen_stages}: mmpretrain's SwinTransformer counts the stages from 0 "
+                             f'(0 freezes the patch embedding and stage 0), so it must be in [-1, {num_stages - 1}]')
+        kwargs['frozen_stages'] = frozen_stages + 1 if frozen_stages >= 0 else -1  # this class counts from 1
+        stage_args = _stage_window_args(kwargs.pop('stage_cfgs', {}), num_stages)
+        if any('window_size' in a for a in stage_args):  # as in mmpretrain, a stage's window overrides window_size
+            windows, given = [a.get('window_size', w) for a, w in zip(stage_args, windows)], True
+        if pad_small_map is not None and any('pad_small_map' in a for a in stage_args):
+            pad_small_map, pad_given = [a.get('pad_small_map', pad_small_map) for a in stage_args], True
     if 'attn_cfgs' not in kwargs:
         kwargs['attn_cfgs'] = [dict(type='window', **({} if w is None else dict(window_size=w))) for w in windows]
     elif windows[0] is not None:
         kwargs['attn_cfgs'] = set_attn_arg(kwargs['attn_cfgs'], num_stages, 'window_size', 'window_size', windows,
                                            'window', given=given)
+    kwargs['upstream'] = upstream or ('mmpretrain' if mmpretrain else 'mmseg')
+    if mmpretrain and pad_small_map is not None:
+        pads = pad_small_map if isinstance(pad_small_map, list) else [pad_small_map] * num_stages
+        kwargs['attn_cfgs'] = set_attn_arg(kwargs['attn_cfgs'], num_stages, 'pad_small_map', 'pad_small_map',
+                                           pads, 'window', given=pad_given)
     return kwargs
 
 
@@ -156,13 +223,22 @@ class LiSASwinTransformer(LiSABackbone):
         pretrain_img_size: input size (int or (H, W)) of the pretraining; sets the
             grids of the global attentions' positional encodings.
         patch_norm: LayerNorm in the patch embedding and the patch mergings.
+        use_abs_pos_embed: add a learnt ``absolute_pos_embed`` (the patch grid of
+            ``pretrain_img_size``, resized bicubically to other grids) after the patch embedding.
         out_indices: stages whose outputs are returned, each after its own
             LayerNorm ``norm{i}`` (strides 4, 8, 16, 32).
         drop_path_rate: stochastic depth, rising linearly over the blocks
             (Swin-T/S/B use 0.2/0.3/0.5 in ImageNet, 0.3 in UperNet, 0.2 in Mask R-CNN).
         frozen_stages: -1 freezes nothing, 0 the patch embedding, k also the
-            stages 1..k (with their patch merging and output norm).
+            stages 1..k (with their patch merging and output norm), as mmseg's and mmdet's
+            ``SwinTransformer`` (0 also the absolute position embedding). With mmpretrain's
+            arguments its numbers mean what they mean there (:func:`from_upstream_swin`): k
+            freezes the patch embedding and stages 0..k.
         with_cp: gradient checkpointing of every block.
+        upstream: whose ``SwinTransformer`` the arguments are those of: None (this class's own),
+            'mmseg', 'mmdet' or 'mmpretrain'; set by :func:`from_upstream_swin`. Parts of the
+            freezing follow it: mmpretrain leaves the output norms of frozen stages in
+            training mode (their parameters frozen) and the absolute position embedding trainable.
         init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=..., allow_new=...)``
             (:class:`.base.LiSABackbone`): an official Swin, an mmseg/mmdet/mmpretrain
             ``SwinTransformer`` or a LiSASwinTransformer checkpoint (e.g. of an
@@ -183,6 +259,8 @@ class LiSASwinTransformer(LiSABackbone):
     }
     arch_keys = ('embed_dims', 'depths', 'num_heads')
     stage_keys = ('depths', 'num_heads')
+    UPSTREAMS = (None, 'mmseg', 'mmdet', 'mmpretrain')
+    embeddings = ('absolute_pos_embed',)
 
     @accepts_upstream_args(from_upstream_swin)
     def __init__(
@@ -197,6 +275,7 @@ class LiSASwinTransformer(LiSABackbone):
         out_indices: int | Sequence[int] = (0, 1, 2, 3),
         qkv_bias: bool = True,
         patch_norm: bool = True,
+        use_abs_pos_embed: bool = False,
         drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
         drop_path_rate: float = 0.1,
@@ -204,9 +283,13 @@ class LiSASwinTransformer(LiSABackbone):
         norm_cfg: dict = dict(type='LN'),
         frozen_stages: int = -1,
         with_cp: bool = False,
+        upstream: str | None = None,
         init_cfg: dict | None = None,
     ) -> None:
         super().__init__(arch, init_cfg)
+        if upstream not in self.UPSTREAMS:
+            raise ValueError(f'upstream={upstream!r} is not one of {self.UPSTREAMS}')
+        self.upstream = upstream
         depths, num_heads = self.arch_settings['depths'], self.arch_settings['num_heads']
         num_stages = self.num_stages
         attn_cfgs = self.check_stage_args(num_stages, out_indices, frozen_stages, attn_cfgs)
@@ -215,8 +298,12 @@ class LiSASwinTransformer(LiSABackbone):
 
         self.patch_embed = PatchEmbed(in_channels, self.num_features[0], kernel_size=patch_size, stride=patch_size,
                                       padding='corner', norm_cfg=patch_norm_cfg)
-        self.drop_after_pos = nn.Dropout(drop_rate)
         grid = [math.ceil(s / patch_size) for s in to_pair(pretrain_img_size, 'pretrain_img_size')]
+        self.use_abs_pos_embed = use_abs_pos_embed
+        if use_abs_pos_embed:  # pos_shape: the table's grid, by which loading resizes it (.loading)
+            self.pos_shape = tuple(grid)
+            self.absolute_pos_embed = nn.Parameter(torch.zeros(1, math.prod(grid), self.num_features[0]))
+        self.drop_after_pos = nn.Dropout(drop_rate)
         self.stages = nn.ModuleList()
         for i, (dim, depth, heads, rates) in enumerate(
                 zip(self.num_features, depths, num_heads, stage_drop_path_rates(drop_path_rate, depths))):
@@ -233,6 +320,8 @@ class LiSASwinTransformer(LiSABackbone):
 
     def forward(self, x: Tensor) -> tuple[Tensor, ...]:
         x, hw_shape = self.patch_embed(x)
+        if self.use_abs_pos_embed:
+            x = x + resize_grid_tokens(self.absolute_pos_embed, self.pos_shape, hw_shape, 'bicubic')
         x = self.drop_after_pos(x)
         outs = []
         for i, stage in enumerate(self.stages):
@@ -247,8 +336,11 @@ class LiSASwinTransformer(LiSABackbone):
         if self.frozen_stages < 0:
             return []
         k = self.frozen_stages
-        return [self.patch_embed, self.drop_after_pos, *self.stages[:k],
-                *(getattr(self, f'norm{i}') for i in self.out_indices if i < k)]
+        norms = [getattr(self, f'norm{i}') for i in self.out_indices if i < k]
+        if self.upstream == 'mmpretrain':  # it stops their gradients but leaves them in training mode
+            norms = [p for norm in norms for p in norm.parameters()]
+        table = [] if self.upstream == 'mmpretrain' else [getattr(self, 'absolute_pos_embed', None)]
+        return [self.patch_embed, self.drop_after_pos, *table, *self.stages[:k], *norms]
 
     @staticmethod
     def convert_checkpoint(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:

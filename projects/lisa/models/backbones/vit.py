@@ -27,6 +27,7 @@ from .base import (
     LiSABackbone,
     accepts_upstream_args,
     build_blocks,
+    named_upstream,
     nlc_to_nchw,
     one_vocabulary,
     reject_unsupported,
@@ -49,10 +50,17 @@ def from_mmpretrain_vit(kwargs: dict) -> dict:
     (CLIP), non-empty ``patch_cfg`` / ``layer_cfgs``, ``interpolate_mode`` other than
     'bicubic' (how the position tables are resized). mmpretrain's
     ``DistilledVisionTransformer`` (DeiT with a distillation token) takes the same arguments;
-    LiSAViT has no distillation token.
+    LiSAViT has no distillation token. ``frozen_stages`` as there: 0 freezes nothing (this
+    class's 0 freezes the embeddings), ``k > 0`` the embeddings and layers 1..k.
+
+    A call with none of mmpretrain's own arguments (``LiSAViT()``, ``LiSAViT(arch='deit-tiny')``,
+    or only ``frozen_stages``, ``with_cp``, ...) is this class's (LiSA in every layer, DeiT-T by
+    default); ``upstream='mmpretrain'`` makes it mmpretrain's, its defaults included
+    (``LiSAViT(upstream='mmpretrain')`` is its softmax ViT-B).
     """
-    if not one_vocabulary('LiSAViT', kwargs, "mmpretrain's VisionTransformer", MMPRETRAIN_VIT_ONLY,
-                          ('pretrain_img_size',)):
+    named = named_upstream('LiSAViT', kwargs, LiSAViT.UPSTREAMS, ('pretrain_img_size',))
+    if not (one_vocabulary('LiSAViT', kwargs, "mmpretrain's VisionTransformer", MMPRETRAIN_VIT_ONLY,
+                           ('pretrain_img_size',)) or named):
         return kwargs
     reject_unsupported('LiSAViT', kwargs, {k: v for k, v in MMPRETRAIN_VIT_ONLY.items() if k != 'img_size'},
                        dict(interpolate_mode='position tables are resized bicubically',
@@ -74,6 +82,9 @@ def from_mmpretrain_vit(kwargs: dict) -> dict:
     kwargs['arch'] = arch
     kwargs.setdefault('drop_path_rate', 0.0)
     kwargs.setdefault('attn_cfgs', dict(type='softmax'))
+    if kwargs.get('frozen_stages') == 0:  # mmpretrain freezes only for frozen_stages > 0
+        kwargs['frozen_stages'] = -1
+    kwargs['upstream'] = 'mmpretrain'
     return kwargs
 
 
@@ -123,7 +134,11 @@ class LiSAViT(LiSABackbone):
             (B, N, C), per out index, as mmpretrain's ``VisionTransformer``.
         final_norm: LayerNorm ``ln1`` after the last layer.
         with_cp: gradient checkpointing of every layer.
-        frozen_stages: -1 (none) .. num_layers, see above.
+        frozen_stages: -1 (none) .. num_layers, see above; with mmpretrain's arguments
+            (:func:`from_mmpretrain_vit`) 0 freezes nothing, as there.
+        upstream: None (this class's own arguments) or 'mmpretrain' (those of its
+            ``VisionTransformer``, defaults included); set by :func:`from_mmpretrain_vit` when
+            the call names one of them.
         init_cfg: None for DeiT's initialisation (truncated normal 0.02 for linear
             layers, ``pos_embed`` and the class token, zero bias, LayerNorm 1/0), or
             ``dict(type='Pretrained', checkpoint=..., prefix=..., allow_new=...)``
@@ -142,6 +157,7 @@ class LiSAViT(LiSABackbone):
     arch_keys = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
     embeddings = ('pos_embed.weight', 'cls_token')
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
+    UPSTREAMS = (None, 'mmpretrain')
 
     @accepts_upstream_args(from_mmpretrain_vit)
     def __init__(
@@ -163,9 +179,13 @@ class LiSAViT(LiSABackbone):
         norm_cfg: dict = dict(type='LN', eps=1e-6),
         with_cp: bool = False,
         frozen_stages: int = -1,
+        upstream: str | None = None,
         init_cfg: dict | None = None,
     ) -> None:
         super().__init__(arch, init_cfg)
+        if upstream not in self.UPSTREAMS:
+            raise ValueError(f'upstream={upstream!r} is not one of {self.UPSTREAMS}')
+        self.upstream = upstream
         embed_dims, num_layers, num_heads, ffn_channels = (self.arch_settings[k] for k in self.arch_keys)
         if out_type not in self.OUT_TYPES:
             raise ValueError(f'out_type={out_type!r} is not one of {self.OUT_TYPES}')

@@ -1,0 +1,247 @@
+"""Issue #38: with only ``type`` changed, the upstream backbones' own expectations hold, part by part.
+
+Each test builds the upstream backbone and the LiSA one from the same arguments (the upstream
+vocabulary), and compares what the upstream library promises for that argument: the outputs
+given the same weights, the trainable parameters of each ``frozen_stages``, the state dict,
+the default model. The walk over every shipped config is ``test_upstream_dropin.py``.
+"""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+from mmengine.registry import DefaultScope
+
+import projects.lisa  # noqa: F401  (registers the backbones)
+from projects.lisa.models.backbones import LiSAPVT, LiSASwinTransformer, LiSAViT
+
+mmpretrain_backbones = pytest.importorskip('mmpretrain.models.backbones')
+
+pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
+
+SWIN = dict(embed_dims=8, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
+
+
+def perturbed(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` initialised, every parameter moved off its init value (so a misplaced weight shows),
+    in eval mode (some upstream ``train()`` return None)."""
+    model.init_weights()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    model.eval()
+    return model
+
+
+def assert_same_outputs(ours: torch.nn.Module, reference: torch.nn.Module, x: torch.Tensor) -> None:
+    with torch.no_grad():
+        got, want = ours(x), reference(x)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        # float32 rounding grows with depth and activations (as in the walk)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * max(1.0, b.abs().max().item()))
+
+
+# ---------------------------------------------------------------- 1. mmpretrain Swin's pad_small_map
+
+
+@pytest.mark.parametrize('pad_small_map', [None, False, True])  # None: not given, mmpretrain's default (False)
+@pytest.mark.parametrize('size', [(224, 224), (224, 233)])     # stage 4: 7 x 7, 7 x 8 (min side = window)
+def test_mmpretrain_swin_pad_small_map_as_given_or_its_default_gives_mmpretrain_outputs(pad_small_map, size):
+    kwargs = dict(arch=SWIN, img_size=224, out_indices=(0, 1, 2, 3))
+    if pad_small_map is not None:
+        kwargs['pad_small_map'] = pad_small_map
+    reference = perturbed(mmpretrain_backbones.SwinTransformer(**kwargs))
+    ours = LiSASwinTransformer(**kwargs).eval()
+    ours.load_state_dict(reference.state_dict())
+    assert_same_outputs(ours, reference, torch.randn(1, 3, *size))
+
+
+def test_mmpretrain_swin_without_pad_small_map_refuses_a_map_smaller_than_the_window_as_mmpretrain_does():
+    kwargs = dict(arch=SWIN, img_size=224, pad_small_map=False)
+    x = torch.randn(1, 3, 190, 190)  # stage 4: 6 x 6 < window 7
+    with pytest.raises(AssertionError, match='pad_small_map'):
+        mmpretrain_backbones.SwinTransformer(**kwargs)(x)
+    with pytest.raises(ValueError, match=r'6x6 map .*window_size=7.*pad_small_map=False'):
+        LiSASwinTransformer(**kwargs).eval()(x)
+    assert LiSASwinTransformer(**dict(kwargs, pad_small_map=True))(x)[0].shape == (1, 64, 6, 6)
+
+
+# ---------------------------------------------------------------- 3. frozen_stages in each vocabulary
+
+
+def upstream_swin(package: str, **kwargs) -> torch.nn.Module:
+    module = importlib.import_module(f'{package}.models.backbones.' + ('swin_transformer' if package == 'mmpretrain'
+                                                                        else 'swin'))
+    return module.SwinTransformer(**kwargs)
+
+
+def trainable_and_modes(model: torch.nn.Module, convert) -> tuple[set[str], dict[str, bool]]:
+    """After ``train()``: the parameters that train (named in LiSA's keys by ``convert``) and the
+    mode of every LayerNorm (what ``norm_eval`` and the freezing leave in training mode)."""
+    model.train()
+    names = {n: n for n, _ in model.named_parameters()}
+    renamed = dict(zip(names, convert(names)))  # the converters rename keys one by one, in order
+    trainable = {renamed[n] for n, p in model.named_parameters() if p.requires_grad}
+    modes = {renamed[f'{n}.weight']: m.training for n, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)}
+    return trainable, modes
+
+
+SWIN_VOCABULARIES = [  # (package, its arguments for a small Swin, its largest frozen_stages)
+    ('mmseg', dict(embed_dims=8, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2]), 4),
+    ('mmdet', dict(embed_dims=8, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2]), 4),
+    ('mmpretrain', dict(arch=dict(embed_dims=8, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2]), img_size=224,
+                        out_indices=(0, 1, 2, 3)), 3),
+]
+
+
+@pytest.mark.parametrize('norm_eval', [False, True])
+@pytest.mark.parametrize('package, kwargs, largest', SWIN_VOCABULARIES)
+def test_swin_frozen_stages_freezes_what_it_freezes_upstream_for_every_value(package, kwargs, largest, norm_eval):
+    from projects.lisa.models.backbones.swin import convert_swin_checkpoint
+    if package == 'mmpretrain':
+        kwargs = dict(kwargs, norm_eval=norm_eval)
+    elif norm_eval:
+        pytest.skip("mmseg's / mmdet's Swin has no norm_eval")
+    for frozen_stages in range(-1, largest + 1):
+        reference = upstream_swin(package, **kwargs, frozen_stages=frozen_stages)
+        ours = LiSASwinTransformer(**kwargs, frozen_stages=frozen_stages)
+        assert trainable_and_modes(ours, list) == trainable_and_modes(reference, convert_swin_checkpoint), (
+            package, frozen_stages)
+
+
+def test_mmpretrain_swin_frozen_stages_beyond_the_last_stage_is_refused_naming_its_range():
+    with pytest.raises(ValueError, match=r"frozen_stages=4: mmpretrain's .*\[-1, 3\]"):
+        LiSASwinTransformer(**SWIN_VOCABULARIES[2][1], frozen_stages=4)
+
+
+VIT = dict(arch=dict(embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=64), img_size=32, patch_size=8)
+
+
+@pytest.mark.parametrize('out_type', ['cls_token', 'avg_featmap'])
+def test_vit_frozen_stages_freezes_what_mmpretrain_freezes_for_every_value(out_type):
+    from projects.lisa.models.backbones.vit import convert_vit_checkpoint
+    for frozen_stages in range(-1, 4):
+        reference = mmpretrain_backbones.VisionTransformer(**VIT, out_type=out_type, frozen_stages=frozen_stages)
+        ours = LiSAViT(**VIT, out_type=out_type, frozen_stages=frozen_stages)
+        assert trainable_and_modes(ours, list)[0] == trainable_and_modes(reference, convert_vit_checkpoint)[0], (
+            frozen_stages)
+
+
+# ---------------------------------------------------------------- 2. Swin's absolute position embedding
+
+SMALL_SWIN = dict(embed_dims=8, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2])
+
+
+@pytest.mark.parametrize('package, kwargs, size', [
+    ('mmseg', dict(SMALL_SWIN, use_abs_pos_embed=True), (224, 224)),  # mmseg adds the table unresized
+    ('mmdet', dict(SMALL_SWIN, use_abs_pos_embed=True), (224, 224)),
+    ('mmpretrain', dict(arch=SMALL_SWIN, img_size=224, use_abs_pos_embed=True, out_indices=(0, 1, 2, 3)), (224, 233)),
+])
+def test_swin_with_absolute_position_embedding_gives_the_upstream_outputs(package, kwargs, size):
+    reference = perturbed(upstream_swin(package, **kwargs))
+    ours = LiSASwinTransformer(**kwargs).eval()
+    ours.load_state_dict(reference.state_dict())  # the same keys: absolute_pos_embed
+    assert ours.absolute_pos_embed.shape == (1, 56 * 56, 8)
+    assert_same_outputs(ours, reference, torch.randn(1, 3, *size))
+
+
+def test_swin_absolute_position_embedding_of_another_grid_loads_resized_as_mmpretrain_resizes_it(tmp_path):
+    kwargs = dict(arch=SMALL_SWIN, use_abs_pos_embed=True, out_indices=(0, 1, 2, 3))
+    source = perturbed(upstream_swin('mmpretrain', **kwargs, img_size=192)).state_dict()
+    reference = upstream_swin('mmpretrain', **kwargs, img_size=224)
+    reference.load_state_dict(source)
+    reference.eval()
+    torch.save({'state_dict': {'backbone.' + k: v for k, v in source.items()}}, tmp_path / 'swin192.pth')
+    ours = LiSASwinTransformer(**kwargs, img_size=224,
+                               init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'swin192.pth'),
+                                             prefix='backbone.'))
+    ours.init_weights()
+    ours.eval()
+    torch.testing.assert_close(ours.absolute_pos_embed, reference.absolute_pos_embed)
+    assert_same_outputs(ours, reference, torch.randn(1, 3, 224, 224))
+
+
+def test_swin_absolute_position_embedding_is_frozen_with_the_patch_embedding_where_upstream_freezes_it():
+    mmseg = LiSASwinTransformer(**SMALL_SWIN, use_abs_pos_embed=True, frozen_stages=0)
+    mmpretrain = LiSASwinTransformer(arch=SMALL_SWIN, img_size=224, use_abs_pos_embed=True, frozen_stages=0)
+    assert not mmseg.absolute_pos_embed.requires_grad and mmpretrain.absolute_pos_embed.requires_grad
+
+
+# ---------------------------------------------------------------- 7. which vocabulary a call means
+
+
+def count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_a_call_that_fits_both_vocabularies_builds_lisas_own_model():
+    pvt = LiSAPVT()  # the paper's LiSA-PVT-T, not mmdet's softmax PVT-Small
+    assert round(count(pvt) / 1e6, 1) == 11.7 and pvt.upstream is None
+    assert {type(b.attn).__name__ for s in pvt.stages for b in s.blocks} == {'LiSAAttention'}
+    vit = LiSAViT(arch='deit-tiny', frozen_stages=0)  # LiSA DeiT-T; 0 freezes the embeddings (own meaning)
+    assert type(vit.layers[0].attn).__name__ == 'LiSAAttention' and not vit.cls_token.requires_grad
+    swin = LiSASwinTransformer(with_cp=True)
+    assert type(swin.stages[0].blocks[0].attn).__name__ == 'LiSAAttention' and swin.out_indices == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize('package, name, cls, kwargs, size', [
+    ('mmdet', 'PyramidVisionTransformer', LiSAPVT, {}, (33, 47)),            # PVT-Small, softmax
+    ('mmseg', 'SwinTransformer', LiSASwinTransformer, {}, (33, 47)),         # Swin-T, every stage out
+    ('mmpretrain', 'SwinTransformer', LiSASwinTransformer, {}, (224, 233)),  # Swin-T, the last stage out
+    ('mmpretrain', 'VisionTransformer', LiSAViT, dict(arch='deit-tiny'), (35, 50)),
+])
+def test_upstream_names_the_vocabulary_and_builds_the_upstream_defaults(package, name, cls, kwargs, size):
+    registry = importlib.import_module(f'{package}.registry').MODELS
+    with DefaultScope.overwrite_default_scope(package):
+        reference = perturbed(registry.build(dict(type=name, **kwargs)))
+    ours = cls(upstream=package, **kwargs).eval()
+    assert ours.upstream == package and count(ours) == count(reference)
+    ours.load_state_dict(reference.state_dict())
+    assert_same_outputs(ours, reference, torch.randn(1, 3, *size))
+
+
+def test_upstream_gives_frozen_stages_its_meaning_there():
+    ours = LiSASwinTransformer(upstream='mmpretrain', frozen_stages=0)
+    assert not any(p.requires_grad for p in ours.stages[0].parameters())
+    assert all(p.requires_grad for p in ours.stages[1].parameters()) and ours.out_indices == (3,)
+
+
+@pytest.mark.parametrize('cls, kwargs, error, match', [
+    (LiSAPVT, dict(upstream='mmdet', arch='tiny'), TypeError,
+     r"LiSAPVT got upstream='mmdet' and its own arguments \(arch\)"),
+    (LiSASwinTransformer, dict(upstream='mmpretrain', embed_dims=96), TypeError,
+     r"upstream='mmpretrain' and arguments of mmseg's/mmdet's SwinTransformer \(embed_dims\)"),
+    (LiSAViT, dict(upstream='mmseg'), ValueError, r"upstream='mmseg' is not one of \[None, 'mmpretrain'\]"),
+])
+def test_a_named_upstream_refuses_the_other_vocabularies(cls, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        cls(**kwargs)
+
+
+# ---------------------------------------------------------------- 4. mmpretrain Swin's stage_cfgs / block_cfgs
+
+
+def test_mmpretrain_swin_stage_and_block_window_settings_give_mmpretrain_outputs():
+    stage_cfgs = [dict(window_size=4), dict(block_cfgs=dict(pad_small_map=True)), {},
+                  dict(pad_small_map=True, block_cfgs=dict(window_size=5))]
+    kwargs = dict(arch=SMALL_SWIN, img_size=224, out_indices=(0, 1, 2, 3), stage_cfgs=stage_cfgs)
+    reference = perturbed(upstream_swin('mmpretrain', **kwargs))
+    ours = LiSASwinTransformer(**kwargs).eval()
+    assert [(s.blocks[0].attn.window_size, s.blocks[0].attn.pad_small_map) for s in ours.stages] == [
+        (4, False), (7, True), (7, False), (5, True)]
+    ours.load_state_dict(reference.state_dict())
+    assert_same_outputs(ours, reference, torch.randn(1, 3, 224, 233))
+
+
+@pytest.mark.parametrize('stage_cfgs, match', [
+    (dict(block_cfgs=dict(norm_cfg=dict(type='LN', eps=1e-6))),
+     r"stage_cfgs\[0\].block_cfgs.norm_cfg=.* is not supported \(the blocks' norms"),
+    (dict(block_cfgs=dict(ffn_cfgs=dict(ffn_drop=0.1))), r'block_cfgs.ffn_cfgs=.* is not supported \(the FFN'),
+    (dict(downsample_cfg=dict(kernel_size=3)),
+     r'stage_cfgs\[0\].downsample_cfg=.* is not supported \(the patch merging'),
+])
+def test_mmpretrain_swin_stage_settings_without_a_counterpart_are_refused_with_the_reason(stage_cfgs, match):
+    with pytest.raises(ValueError, match=match):
+        LiSASwinTransformer(arch=SMALL_SWIN, img_size=224, stage_cfgs=stage_cfgs)
