@@ -96,7 +96,7 @@ def check_dropin(package: str, backbone: dict) -> str:
         with torch.no_grad():
             got, want = ours(x), reference(x)
         assert [o.shape for o in got] == [o[0].shape for o in want]
-        assert reference.pos_embed.shape[1] == ours.pos_embed.weight.shape[1] + 1
+        assert reference.pos_embed.shape[1] == ours.pos_embed.shape[1] + 1
         return 'no distillation token'
     missing, unexpected = ours.load_state_dict(reference.state_dict(), strict=False)
     assert not unexpected and set(missing) <= {name for name, _ in ours.named_buffers()}, (missing, unexpected)

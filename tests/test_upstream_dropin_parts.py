@@ -245,3 +245,27 @@ def test_mmpretrain_swin_stage_and_block_window_settings_give_mmpretrain_outputs
 def test_mmpretrain_swin_stage_settings_without_a_counterpart_are_refused_with_the_reason(stage_cfgs, match):
     with pytest.raises(ValueError, match=match):
         LiSASwinTransformer(arch=SMALL_SWIN, img_size=224, stage_cfgs=stage_cfgs)
+
+
+# ---------------------------------------------------------------- 5. LiSAViT's state dict is mmpretrain's
+
+
+def shapes(model: torch.nn.Module) -> dict[str, torch.Size]:
+    return {k: v.shape for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize('kwargs', [dict(out_type='cls_token'), dict(out_type='avg_featmap', out_indices=[0, -1]),
+                                    dict(out_type='featmap', with_cls_token=False, final_norm=False)])
+def test_vit_state_dict_is_mmpretrains_key_for_key_and_loads_into_it_unconverted(kwargs):
+    reference = mmpretrain_backbones.VisionTransformer(**VIT, **kwargs)
+    ours = perturbed(LiSAViT(**VIT, **kwargs))
+    assert shapes(ours) == shapes(reference)
+    reference.load_state_dict(ours.state_dict())  # mmpretrain's own loading: no converter on its side
+    reference.eval()
+    assert_same_outputs(ours, reference, torch.randn(1, 3, 40, 48))
+
+
+def test_vit_of_its_own_vocabulary_has_mmpretrains_keys_too():
+    ours = LiSAViT(arch='deit-tiny', attn_cfgs=dict(type='softmax'), out_type='avg_featmap')
+    assert shapes(ours) == shapes(mmpretrain_backbones.VisionTransformer(arch='deit-tiny', out_type='avg_featmap'))
+

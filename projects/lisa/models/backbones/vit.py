@@ -5,12 +5,11 @@ through attention", ICML 2021; ViT: Dosovitskiy et al., ICLR 2021. LiSA's DeiT
 rows (Table 1, Tables 5-8 of arXiv 2611.04216) swap the attention of every
 layer and keep the rest of DeiT as it is.
 
-With ``attn_cfgs=dict(type='softmax')`` the model is mmpretrain's
-``VisionTransformer`` layer for layer: the same parameters and outputs; its
-checkpoints load through :func:`convert_vit_checkpoint` (which renames its
-``pos_embed``, ``ln1``/``ln2`` of each layer). It also takes mmpretrain's arguments
-(:func:`from_mmpretrain_vit`): a config of its ``VisionTransformer`` with only the
-``type`` changed builds that model.
+With ``attn_cfgs=dict(type='softmax')`` :class:`LiSAViT` is mmpretrain's ``VisionTransformer``
+layer for layer: the same state dict, key for key, and the same outputs. It takes mmpretrain's
+arguments (:func:`from_mmpretrain_vit`): a config of its ``VisionTransformer`` with only the
+``type`` changed builds that model. Official DeiT, mmseg and older LiSAViT checkpoints are renamed
+when loaded (:func:`convert_vit_checkpoint`).
 """
 from __future__ import annotations
 
@@ -22,9 +21,10 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed
 from torch import Tensor, nn
 
-from ..attention.layers import PositionalEncoding
+from ..attention.layers import position_table_at
 from .base import (
     LiSABackbone,
+    TransformerBlock,
     accepts_upstream_args,
     build_blocks,
     named_upstream,
@@ -88,6 +88,23 @@ def from_mmpretrain_vit(kwargs: dict) -> dict:
     return kwargs
 
 
+class ViTLayer(TransformerBlock):
+    """:class:`.base.TransformerBlock` under the names of mmpretrain's ``TransformerEncoderLayer``:
+    the norms are the modules ``ln1`` / ``ln2``, read as ``norm1`` / ``norm2`` (as there)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._modules = {dict(norm1='ln1', norm2='ln2').get(k, k): m for k, m in self._modules.items()}  # in order
+
+    @property
+    def norm1(self) -> nn.Module:
+        return self.ln1
+
+    @property
+    def norm2(self) -> nn.Module:
+        return self.ln2
+
+
 class LiSAViT(LiSABackbone):
     """DeiT / ViT whose layers use the attentions built from ``attn_cfgs``.
 
@@ -98,6 +115,11 @@ class LiSAViT(LiSABackbone):
     normalisation run over all ``1 + HW`` tokens, while the 3x3 local branch,
     the depthwise conv and the learnable positional encoding on ``k`` act on
     the patch grid only (:mod:`..attention`).
+
+    The state dict is mmpretrain's ``VisionTransformer``'s: ``cls_token``, ``pos_embed``
+    ``(1, 1 + H0 * W0, C)``, ``patch_embed.projection``, ``layers.{i}.ln1`` / ``attn.qkv`` /
+    ``attn.proj`` / ``ln2`` / ``ffn.layers.0.0`` / ``ffn.layers.1``, ``ln1`` (final norm), ``ln2``
+    (``avg_featmap``), plus the tensors of attentions other than softmax.
 
     Choices where the papers are silent:
 
@@ -155,7 +177,7 @@ class LiSAViT(LiSABackbone):
             'embed_dims': 768, 'num_layers': 12, 'num_heads': 12, 'feedforward_channels': 768 * 4}),
     }
     arch_keys = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
-    embeddings = ('pos_embed.weight', 'cls_token')
+    embeddings = ('pos_embed', 'cls_token')
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
     UPSTREAMS = (None, 'mmpretrain')
 
@@ -202,14 +224,16 @@ class LiSAViT(LiSABackbone):
         self.patch_embed = PatchEmbed(
             in_channels=in_channels, embed_dims=embed_dims, kernel_size=patch_size, stride=patch_size,
             input_size=to_pair(pretrain_img_size, 'pretrain_img_size'))
-        self.patch_resolution = self.patch_embed.init_out_size
+        self.patch_resolution = self.pos_shape = self.patch_embed.init_out_size  # pos_shape: for the loader
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dims)) if with_cls_token else None
-        self.pos_embed = PositionalEncoding(embed_dims, self.patch_resolution, self.num_prefix_tokens)
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.num_prefix_tokens + self.patch_resolution[0]
+                                                  * self.patch_resolution[1], embed_dims))
         self.drop_after_pos = nn.Dropout(drop_rate)
         self.layers = nn.ModuleList(build_blocks(
             attn_cfgs, embed_dims, num_heads, ffn_channels, torch.linspace(0, drop_path_rate, num_layers).tolist(),
             qkv_bias=qkv_bias, attn_drop=attn_drop_rate, drop_rate=drop_rate, pos_shape=self.patch_resolution,
-            num_prefix_tokens=self.num_prefix_tokens, act_cfg=act_cfg, norm_cfg=norm_cfg, with_cp=with_cp))
+            num_prefix_tokens=self.num_prefix_tokens, act_cfg=act_cfg, norm_cfg=norm_cfg, with_cp=with_cp,
+            block=ViTLayer))
         if final_norm:
             self.ln1 = build_norm_layer(norm_cfg, embed_dims)[1]
         if out_type == 'avg_featmap':
@@ -233,7 +257,8 @@ class LiSAViT(LiSABackbone):
         x, hw_shape = self.patch_embed(x)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        x = self.drop_after_pos(x + self.pos_embed(hw_shape))
+        x = self.drop_after_pos(x + position_table_at(self.pos_embed, self.pos_shape, hw_shape,
+                                                      self.num_prefix_tokens))
         outs = []
         for i, layer in enumerate(self.layers):
             x = layer(x, hw_shape)
@@ -257,19 +282,20 @@ class LiSAViT(LiSABackbone):
 VIT_RENAMES = (
     (r'^blocks\.', 'layers.'), (r'^norm\.', 'ln1.'), (r'^patch_embed\.proj\.', 'patch_embed.projection.'),
     (r'\.mlp\.fc1\.', '.ffn.layers.0.0.'), (r'\.mlp\.fc2\.', '.ffn.layers.1.'),          # official DeiT
-    (r'^(layers\.\d+)\.ln([12])\.', r'\1.norm\2.'),       # mmpretrain, mmseg, LiSAViT before its shared block
+    (r'^(layers\.\d+)\.norm([12])\.', r'\1.ln\2.'),       # official DeiT, LiSAViT before mmpretrain's names
     (r'\.attn\.attn\.in_proj_', '.attn.qkv.'), (r'\.attn\.attn\.out_proj\.', '.attn.proj.'),  # mmseg
-    (r'^pos_embed$', 'pos_embed.weight'),                                                   # all of them
+    (r'^pos_embed\.weight$', 'pos_embed'),                                  # LiSAViT before mmpretrain's names
 )
 
 
 def convert_vit_checkpoint(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """Rename an official DeiT (facebookresearch/deit, timm's layout), an mmpretrain or an
-    mmseg ``VisionTransformer`` checkpoint to LiSAViT keys by :data:`VIT_RENAMES`
-    (``blocks.{i}.mlp.fc1`` -> ``layers.{i}.ffn.layers.0.0``, ``layers.{i}.ln1`` ->
-    ``layers.{i}.norm1``, ``attn.attn.in_proj_*`` -> ``attn.qkv.*``, ``pos_embed`` ->
-    ``pos_embed.weight``, ...); LiSAViT's own keys pass unchanged. A classifier's
-    ``head.*`` is left as it is (reported as unused).
+    """Rename an official DeiT (facebookresearch/deit, timm's layout), an mmseg
+    ``VisionTransformer`` or an older LiSAViT checkpoint to LiSAViT's keys, which are
+    mmpretrain's, by :data:`VIT_RENAMES` (``blocks.{i}.mlp.fc1`` -> ``layers.{i}.ffn.layers.0.0``,
+    ``blocks.{i}.norm1`` / LiSAViT's former ``layers.{i}.norm1`` -> ``layers.{i}.ln1``,
+    ``attn.attn.in_proj_*`` -> ``attn.qkv.*``, LiSAViT's former ``pos_embed.weight`` ->
+    ``pos_embed``, ...); mmpretrain's keys pass unchanged. A classifier's ``head.*`` is left as
+    it is (reported as unused).
     """
     out = {}
     for key, value in state_dict.items():
