@@ -34,7 +34,7 @@ from projects.lisa.models.backbones.biformer import LiSABiFormer
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError, load_pretrained
 from projects.lisa.models.backbones.pvt import LiSAPVT
 from projects.lisa.models.backbones.swin import LiSASwinTransformer
-from projects.lisa.models.backbones.vit import LiSAViT
+from projects.lisa.models.backbones.vit import LiSADistilledViT, LiSAViT
 
 pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
 
@@ -82,6 +82,11 @@ def vit_frozen(model, k):
     return [model.patch_embed, model.pos_embed, model.drop_after_pos, model.cls_token, *model.layers[:k]]
 
 
+def distilled_vit_frozen(model, k):
+    # as ViT's, the distillation token with the embeddings
+    return [*vit_frozen(model, k), model.dist_token]
+
+
 PYRAMID = (4, 8, 16, 32)
 OUTPUT_NORMS = tuple(f'norm{i}.{t}' for i in range(3) for t in ('weight', 'bias'))  # stages 1-3 (a classifier: 4 only)
 
@@ -110,6 +115,13 @@ BACKBONES = [
                   pretrain_img_size=32, patch_size=8, out_indices=(0, 1, 2, 3), out_type='featmap'),
              size=(32, 32), num_stages=4, unit='layer', num_blocks=4, channels=(32,) * 4, strides=(8,) * 4,
              frozen=vit_frozen,  # the class token is a prefix token, off the grid, which these cannot hold:
+             rejects=dict(bra='need every token on the grid', lepe='need every token on the grid',
+                          window='covers grid tokens only')),
+    Backbone('deit-distilled', LiSADistilledViT,
+             dict(arch=dict(embed_dims=32, num_layers=4, num_heads=2, feedforward_channels=64),
+                  pretrain_img_size=32, patch_size=8, out_indices=(0, 1, 2, 3), out_type='featmap'),
+             size=(32, 32), num_stages=4, unit='layer', num_blocks=4, channels=(32,) * 4, strides=(8,) * 4,
+             frozen=distilled_vit_frozen,  # class and distillation tokens are prefix tokens, off the grid
              rejects=dict(bra='need every token on the grid', lepe='need every token on the grid',
                           window='covers grid tokens only')),
 ]

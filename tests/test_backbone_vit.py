@@ -2,6 +2,8 @@
 What every LiSA backbone does: test_backbone_common."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -50,16 +52,15 @@ def test_arch_names_give_deit_settings(names, dims, heads):
         model = LiSAViT(arch=name, attn_cfgs=dict(type='softmax'))
         assert (model.embed_dims, model.num_layers, model.layers[0].attn.num_heads) == (dims, 12, heads)
         assert model.layers[0].ffn.layers[0][0].out_features == 4 * dims
-        assert model.layers[0].norm1.eps == model.ln1.eps == 1e-6
+        assert model.layers[0].ln1.eps == model.ln1.eps == 1e-6
         assert model.layers[0].attn.qkv.bias is not None
 
 
-def test_softmax_deit_tiny_has_mmpretrain_parameter_count_and_shapes():
+def test_softmax_deit_tiny_has_mmpretrain_parameter_count_and_state_dict():
     ours = LiSAViT(arch='deit-tiny', attn_cfgs=dict(type='softmax'))
     ref = mmpretrain_models.VisionTransformer(arch='deit-tiny')
     assert count(ours) == count(ref)
-    converted = convert_vit_checkpoint(ref.state_dict())
-    assert {k: v.shape for k, v in converted.items()} == {k: v.shape for k, v in ours.state_dict().items()}
+    assert {k: v.shape for k, v in ref.state_dict().items()} == {k: v.shape for k, v in ours.state_dict().items()}
 
 
 @pytest.mark.slow
@@ -67,7 +68,7 @@ def test_softmax_deit_tiny_has_mmpretrain_parameter_count_and_shapes():
 def test_converted_mmpretrain_deit_tiny_gives_same_class_token(img):
     ref = perturbed_mmpretrain_vit(arch='deit-tiny')
     ours = LiSAViT(arch='deit-tiny', attn_cfgs=dict(type='softmax')).eval()
-    ours.load_state_dict(ref.state_dict(), strict=True)  # keys converted by the backbone's load hook
+    ours.load_state_dict(ref.state_dict(), strict=True)  # mmpretrain's keys
     x = torch.randn(2, 3, img, img)
     with torch.no_grad():
         (expected,), (actual,) = ref(x), ours(x)
@@ -82,7 +83,7 @@ def test_every_out_type_matches_mmpretrain(out_type, with_cls_token):
     ref = perturbed_mmpretrain_vit(arch=TINY, img_size=32, out_indices=[0, -1], **kwargs)  # mmpretrain edits the list
     ours = LiSAViT(arch=TINY, attn_cfgs=dict(type='softmax'), pretrain_img_size=32, out_indices=(0, -1),
                    **kwargs).eval()
-    ours.load_state_dict(ref.state_dict(), strict=True)  # keys converted by the backbone's load hook
+    ours.load_state_dict(ref.state_dict(), strict=True)  # mmpretrain's keys
     x = torch.randn(2, 3, 40, 48)  # a 5 x 6 patch grid, not the 4 x 4 of the 32-px tables
     with torch.no_grad():
         expected, actual = ref(x), ours(x)
@@ -94,12 +95,40 @@ def test_every_out_type_matches_mmpretrain(out_type, with_cls_token):
         torch.testing.assert_close(a, e, rtol=0, atol=1e-5)
 
 
-def test_converter_renames_the_position_embedding_and_the_layer_norms_of_mmpretrain():
-    sd = {'pos_embed': torch.zeros(1), 'cls_token': torch.ones(1), 'layers.0.ln1.weight': torch.ones(2),
-          'layers.11.ln2.bias': torch.ones(2), 'layers.0.attn.qkv.weight': torch.ones(2), 'ln1.weight': torch.ones(2)}
-    assert list(convert_vit_checkpoint(sd)) == [
-        'pos_embed.weight', 'cls_token', 'layers.0.norm1.weight', 'layers.11.norm2.bias', 'layers.0.attn.qkv.weight',
-        'ln1.weight']
+def test_converter_keeps_mmpretrains_keys_and_renames_lisavits_former_ones_to_them():
+    mmpretrain = ['pos_embed', 'cls_token', 'layers.0.ln1.weight', 'layers.11.ln2.bias', 'layers.0.attn.qkv.weight',
+                  'ln1.weight']
+    former = ['pos_embed.weight', 'cls_token', 'layers.0.norm1.weight', 'layers.11.norm2.bias',
+              'layers.0.attn.qkv.weight', 'ln1.weight']
+    for keys in (mmpretrain, former):
+        assert list(convert_vit_checkpoint(dict.fromkeys(keys, torch.ones(1)))) == mmpretrain
+
+
+def former_keys(state_dict: dict) -> dict:
+    """A LiSAViT state dict as LiSAViT saved it before it took mmpretrain's names."""
+    return {re.sub(r'^(layers\.\d+)\.ln([12])\.', r'\1.norm\2.', re.sub(r'^pos_embed$', 'pos_embed.weight', k)): v
+            for k, v in state_dict.items()}
+
+
+@pytest.mark.parametrize('path', ['load_state_dict', 'init_cfg'])
+def test_a_lisavit_checkpoint_with_the_former_keys_loads_exactly(path, tmp_path):
+    torch.manual_seed(0)
+    source = tiny(attn_cfgs=dict(type='lisa'))
+    with torch.no_grad():
+        for p in source.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    old = former_keys(source.state_dict())
+    assert 'pos_embed.weight' in old and 'layers.1.norm2.bias' in old
+    if path == 'load_state_dict':
+        model = LiSAViT(**TINY_KW, attn_cfgs=dict(type='lisa'))
+        model.load_state_dict(old, strict=True)
+    else:
+        torch.save({'state_dict': {'backbone.' + k: v for k, v in old.items()}}, tmp_path / 'old.pth')
+        model = LiSAViT(**TINY_KW, attn_cfgs=dict(type='lisa'),
+                        init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'old.pth'), prefix='backbone.'))
+        model.init_weights()
+    for key, value in source.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[key], value, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize('attn', ATTENTION_TYPES)
@@ -127,7 +156,7 @@ def test_every_attention_type_sees_the_class_token_as_prefix_and_the_patch_grid(
 def test_kernel_attention_without_class_token(attn):
     model = tiny(attn_cfgs=dict(type=attn), with_cls_token=False, out_type='featmap')
     assert model.layers[0].attn.num_prefix_tokens == 0
-    assert model.pos_embed.weight.shape == (1, 16, 32)
+    assert model.pos_embed.shape == (1, 16, 32)
     (out,) = model(torch.randn(1, 3, 32, 32))
     assert out.shape == (1, 32, 4, 4)
 
@@ -154,7 +183,7 @@ def test_loading_a_checkpoint_of_another_grid_resizes_positional_encodings_bicub
     small = tiny(attn_cfgs=dict(type='lisa'))
     large = LiSAViT(**{**TINY_KW, 'pretrain_img_size': 48}, attn_cfgs=dict(type='lisa'))
     large.load_state_dict(small.state_dict(), strict=True)
-    for name in ('pos_embed.weight', 'layers.1.attn.positional_encoding.weight'):
+    for name in ('pos_embed', 'layers.1.attn.positional_encoding.weight'):
         src, dst = small.state_dict()[name], large.state_dict()[name]
         grid = src[:, 1:].reshape(1, 4, 4, 32).permute(0, 3, 1, 2)
         expected = F.interpolate(grid, size=(6, 6), mode='bicubic', align_corners=False)
@@ -177,7 +206,7 @@ def test_init_weights_draws_deit_init_but_keeps_lisa_step_mlp_at_geometric_weigh
     attn = model.layers[0].attn
     assert attn.qkv.weight.std().item() == pytest.approx(0.02, rel=0.1)
     assert not attn.qkv.bias.any()
-    assert model.pos_embed.weight.std().item() == pytest.approx(0.02, rel=0.2)
+    assert model.pos_embed.std().item() == pytest.approx(0.02, rel=0.2)
     assert model.cls_token.any()
     assert not attn.step_mlp[-1].weight.any()
     torch.testing.assert_close(attn.step_mlp[-1].bias, geometric_weights(0.5, 3).log().float())

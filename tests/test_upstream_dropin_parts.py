@@ -14,7 +14,7 @@ import torch
 from mmengine.registry import DefaultScope
 
 import projects.lisa  # noqa: F401  (registers the backbones)
-from projects.lisa.models.backbones import LiSAPVT, LiSASwinTransformer, LiSAViT
+from projects.lisa.models.backbones import LiSADistilledViT, LiSAPVT, LiSASwinTransformer, LiSAViT
 
 mmpretrain_backbones = pytest.importorskip('mmpretrain.models.backbones')
 
@@ -34,11 +34,17 @@ def perturbed(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def flat(outs: tuple) -> list[torch.Tensor]:
+    """A backbone's outputs, each out index's tuple (DeiT's ``(cls, dist)`` tokens) spread out."""
+    return [t for o in outs for t in (o if isinstance(o, tuple) else (o,))]
+
+
 def assert_same_outputs(ours: torch.nn.Module, reference: torch.nn.Module, x: torch.Tensor) -> None:
     with torch.no_grad():
         got, want = ours(x), reference(x)
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
+    assert [len(o) if isinstance(o, tuple) else 1 for o in got] == [
+        len(o) if isinstance(o, tuple) else 1 for o in want]
+    for a, b in zip(flat(got), flat(want)):
         # float32 rounding grows with depth and activations (as in the walk)
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * max(1.0, b.abs().max().item()))
 
@@ -191,6 +197,7 @@ def test_a_call_that_fits_both_vocabularies_builds_lisas_own_model():
     ('mmseg', 'SwinTransformer', LiSASwinTransformer, {}, (33, 47)),         # Swin-T, every stage out
     ('mmpretrain', 'SwinTransformer', LiSASwinTransformer, {}, (224, 233)),  # Swin-T, the last stage out
     ('mmpretrain', 'VisionTransformer', LiSAViT, dict(arch='deit-tiny'), (35, 50)),
+    ('mmpretrain', 'DistilledVisionTransformer', LiSADistilledViT, dict(arch='deit-tiny'), (35, 50)),
 ])
 def test_upstream_names_the_vocabulary_and_builds_the_upstream_defaults(package, name, cls, kwargs, size):
     registry = importlib.import_module(f'{package}.registry').MODELS
@@ -245,3 +252,74 @@ def test_mmpretrain_swin_stage_and_block_window_settings_give_mmpretrain_outputs
 def test_mmpretrain_swin_stage_settings_without_a_counterpart_are_refused_with_the_reason(stage_cfgs, match):
     with pytest.raises(ValueError, match=match):
         LiSASwinTransformer(arch=SMALL_SWIN, img_size=224, stage_cfgs=stage_cfgs)
+
+
+# ---------------------------------------------------------------- 5. LiSAViT's state dict is mmpretrain's
+
+
+def shapes(model: torch.nn.Module) -> dict[str, torch.Size]:
+    return {k: v.shape for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize('kwargs', [dict(out_type='cls_token'), dict(out_type='avg_featmap', out_indices=[0, -1]),
+                                    dict(out_type='featmap', with_cls_token=False, final_norm=False)])
+def test_vit_state_dict_is_mmpretrains_key_for_key_and_loads_into_it_unconverted(kwargs):
+    reference = mmpretrain_backbones.VisionTransformer(**VIT, **kwargs)
+    ours = perturbed(LiSAViT(**VIT, **kwargs))
+    assert shapes(ours) == shapes(reference)
+    reference.load_state_dict(ours.state_dict())  # mmpretrain's own loading: no converter on its side
+    reference.eval()
+    assert_same_outputs(ours, reference, torch.randn(1, 3, 40, 48))
+
+
+def test_vit_of_its_own_vocabulary_has_mmpretrains_keys_too():
+    ours = LiSAViT(arch='deit-tiny', attn_cfgs=dict(type='softmax'), out_type='avg_featmap')
+    assert shapes(ours) == shapes(mmpretrain_backbones.VisionTransformer(arch='deit-tiny', out_type='avg_featmap'))
+
+
+# ---------------------------------------------------------------- 6. DeiT's distillation token
+
+
+def distilled(**kwargs) -> torch.nn.Module:
+    """What a DeiT config with ``type='LiSADistilledViT'`` in place of ``DistilledVisionTransformer`` builds."""
+    from mmpretrain.registry import MODELS
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MODELS.build(dict(type='LiSADistilledViT', **kwargs))
+
+
+@pytest.mark.parametrize('out_type', ['cls_token', 'featmap', 'avg_featmap', 'raw'])
+def test_distilled_deit_is_mmpretrains_key_for_key_and_output_for_output(out_type):
+    kwargs = dict(VIT, out_type=out_type)
+    reference = perturbed(mmpretrain_backbones.DistilledVisionTransformer(**kwargs, out_indices=[0, -1]))
+    ours = distilled(**kwargs, out_indices=[0, -1]).eval()
+    assert shapes(ours) == shapes(reference)  # dist_token, pos_embed of 2 + H*W rows
+    ours.load_state_dict(reference.state_dict())
+    assert_same_outputs(ours, reference, torch.randn(2, 3, 40, 48))  # cls_token: (class, distillation) tokens
+
+
+def test_distilled_deit_frozen_stages_freezes_what_mmpretrain_freezes_for_every_value():
+    for frozen_stages in range(-1, 4):
+        reference = mmpretrain_backbones.DistilledVisionTransformer(**VIT, frozen_stages=frozen_stages)
+        ours = distilled(**VIT, frozen_stages=frozen_stages)
+        assert trainable_and_modes(ours, list)[0] == trainable_and_modes(reference, list)[0], frozen_stages
+
+
+def test_lisa_on_the_distilled_deit_sees_both_tokens_as_prefix_and_trains_the_distillation_token():
+    ours = distilled(**VIT, attn_cfgs=dict(type='lisa'))
+    assert {(type(layer.attn).__name__, layer.attn.num_prefix_tokens) for layer in ours.layers} == {
+        ('LiSAAttention', 2)}
+    ((cls, dist),) = ours(torch.randn(2, 3, 40, 48))
+    assert cls.shape == dist.shape == (2, 32)
+    (dist * torch.randn(2, 32)).sum().backward()
+    assert ours.dist_token.grad.abs().sum() > 0
+
+
+def test_distilled_deit_of_its_own_vocabulary_is_lisa_and_freezes_the_distillation_token_with_the_embeddings():
+    ours = LiSADistilledViT(arch='deit-tiny', frozen_stages=0)
+    assert type(ours.layers[0].attn).__name__ == 'LiSAAttention' and ours.upstream is None
+    assert not ours.dist_token.requires_grad and not ours.cls_token.requires_grad
+
+
+def test_distilled_deit_without_its_class_token_is_refused_naming_the_argument():
+    with pytest.raises(ValueError, match=r'LiSADistilledViT: with_cls_token=False .*class token'):
+        LiSADistilledViT(**VIT, with_cls_token=False, out_type='featmap')

@@ -8,11 +8,11 @@ mmcv's ``FFN``, ``build_norm_layer`` and ``DropPath`` on mmengine's ``BaseModule
 checkpoint loading), and the benchmark must run where no OpenMMLab package is installed (a GPU
 machine with torch alone: ``tools/gpu_check.py`` imports with torch only, tests/test_gpu_check.py).
 What the attention changes is shared, not copied: every block's attention is built by
-``build_attention`` and the position table is :class:`..models.attention.layers.PositionalEncoding`,
-the modules ``LiSAViT`` uses; only patch embedding, MLP and block wiring are restated here (a few
-lines each). Same parameter names, so a ``LiSAViT`` state dict loads unchanged and gives the same
-outputs (tests/test_gpu_check.py checks both). No dropout, no stochastic depth: a model for timing,
-not for training.
+``build_attention`` and the position table is resized by
+:func:`..models.attention.layers.position_table_at`, as in ``LiSAViT``; only patch embedding, MLP
+and block wiring are restated here (a few lines each). Same parameter names (mmpretrain's), so a
+``LiSAViT`` state dict loads unchanged and gives the same outputs (tests/test_gpu_check.py checks
+both). No dropout, no stochastic depth: a model for timing, not for training.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..models.attention import ATTENTIONS, KernelAttention, build_attention
-from ..models.attention.layers import PositionalEncoding
+from ..models.attention.layers import position_table_at
 
 # The attention of configs/classification/deit-tiny_{softmax,flatten,lisa}_8xb128_in1k.py.
 DEIT_TINY_ATTENTIONS = {
@@ -64,18 +64,18 @@ class FFN(nn.Module):
 
 
 class Layer(nn.Module):
-    """Pre-norm layer ``x + attn(norm1(x))``, then ``x + ffn(norm2(x))`` (LiSAViT's block names)."""
+    """Pre-norm layer ``x + attn(ln1(x))``, then ``x + ffn(ln2(x))`` (LiSAViT's block names, mmpretrain's)."""
 
     def __init__(self, dim: int, num_heads: int, hidden: int, attn_cfg: Mapping, **attn_defaults) -> None:
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.ln1 = nn.LayerNorm(dim, eps=1e-6)
         self.attn = build_attention(attn_cfg, dim, num_heads, **attn_defaults)
-        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.ln2 = nn.LayerNorm(dim, eps=1e-6)
         self.ffn = FFN(dim, hidden)
 
     def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
-        x = x + self.attn(self.norm1(x), hw_shape)
-        return x + self.ffn(self.norm2(x))
+        x = x + self.attn(self.ln1(x), hw_shape)
+        return x + self.ffn(self.ln2(x))
 
 
 class DeiT(nn.Module):
@@ -89,10 +89,10 @@ class DeiT(nn.Module):
     def __init__(self, attn_cfg: Mapping, img_size: int = 224, patch_size: int = 16, embed_dims: int = 192,
                  num_layers: int = 12, num_heads: int = 3, mlp_ratio: int = 4, in_channels: int = 3) -> None:
         super().__init__()
-        grid = (-(-img_size // patch_size), ) * 2
+        self.grid = grid = (-(-img_size // patch_size), ) * 2
         self.patch_embed = PatchEmbed(in_channels, embed_dims, patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dims))
-        self.pos_embed = PositionalEncoding(embed_dims, grid, num_prefix_tokens=1)
+        self.pos_embed = nn.Parameter(torch.zeros(1, 1 + grid[0] * grid[1], embed_dims))
         defaults = dict(qkv_bias=True, num_prefix_tokens=1)
         if issubclass(ATTENTIONS[attn_cfg['type']], KernelAttention):
             defaults['pos_shape'] = grid
@@ -102,7 +102,8 @@ class DeiT(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         x, hw_shape = self.patch_embed(x)
-        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed(hw_shape)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        x = x + position_table_at(self.pos_embed, self.grid, hw_shape, num_prefix_tokens=1)
         for layer in self.layers:
             x = layer(x, hw_shape)
         return self.ln1(x)[:, 0]

@@ -118,8 +118,8 @@ def resize_grid(grid: Tensor, size: Sequence[int], mode: str) -> Tensor:
 class PositionalEncoding(nn.Module):
     """Learnable positional encoding for ``num_prefix_tokens + H0 * W0`` tokens.
 
-    For another grid ``(H, W)`` the grid part is resized bicubically
-    (:func:`resize_grid`); the prefix part is used as it is.
+    For another grid ``(H, W)`` the grid part is resized bicubically, the prefix
+    part used as it is (:func:`position_table_at`).
     """
 
     def __init__(self, dim: int, pos_shape: Sequence[int], num_prefix_tokens: int = 0) -> None:
@@ -131,10 +131,18 @@ class PositionalEncoding(nn.Module):
         self.weight = nn.Parameter(torch.zeros(1, num_prefix_tokens + math.prod(self.pos_shape), dim))
 
     def forward(self, hw_shape: Sequence[int]) -> Tensor:
-        hw_shape = tuple(hw_shape)
-        if static_sizes(*hw_shape) and hw_shape == self.pos_shape:
-            return self.weight
-        p = self.num_prefix_tokens
-        grid = resize_grid(self.weight[0, p:].view(*self.pos_shape, -1), hw_shape, 'bicubic')
-        grid = grid.reshape(1, -1, grid.shape[-1])
-        return torch.cat([self.weight[:, :p], grid], dim=1) if p else grid
+        return position_table_at(self.weight, self.pos_shape, hw_shape, self.num_prefix_tokens)
+
+
+def position_table_at(table: Tensor, pos_shape: Sequence[int], hw_shape: Sequence[int],
+                      num_prefix_tokens: int = 0) -> Tensor:
+    """A ``(1, p + H0 * W0, C)`` position table of the grid ``pos_shape = (H0, W0)`` for the grid
+    ``hw_shape = (H, W)``: its grid part resized bicubically (:func:`resize_grid`), its ``p`` prefix
+    rows as they are; ``table`` itself where the grids are equal."""
+    hw_shape = tuple(hw_shape)
+    if static_sizes(*hw_shape) and hw_shape == tuple(pos_shape):
+        return table
+    p = num_prefix_tokens
+    grid = resize_grid(table[0, p:].view(*pos_shape, -1), hw_shape, 'bicubic')
+    grid = grid.reshape(1, -1, grid.shape[-1])
+    return torch.cat([table[:, :p], grid], dim=1) if p else grid

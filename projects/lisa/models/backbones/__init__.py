@@ -2,6 +2,6 @@
 from .biformer import LiSABiFormer
 from .pvt import LiSAPVT
 from .swin import LiSASwinTransformer
-from .vit import LiSAViT
+from .vit import LiSADistilledViT, LiSAViT
 
-__all__: list[str] = ['LiSABiFormer', 'LiSAPVT', 'LiSASwinTransformer', 'LiSAViT']
+__all__: list[str] = ['LiSABiFormer', 'LiSADistilledViT', 'LiSAPVT', 'LiSASwinTransformer', 'LiSAViT']

@@ -5,26 +5,29 @@ through attention", ICML 2021; ViT: Dosovitskiy et al., ICLR 2021. LiSA's DeiT
 rows (Table 1, Tables 5-8 of arXiv 2611.04216) swap the attention of every
 layer and keep the rest of DeiT as it is.
 
-With ``attn_cfgs=dict(type='softmax')`` the model is mmpretrain's
-``VisionTransformer`` layer for layer: the same parameters and outputs; its
-checkpoints load through :func:`convert_vit_checkpoint` (which renames its
-``pos_embed``, ``ln1``/``ln2`` of each layer). It also takes mmpretrain's arguments
-(:func:`from_mmpretrain_vit`): a config of its ``VisionTransformer`` with only the
-``type`` changed builds that model.
+With ``attn_cfgs=dict(type='softmax')`` :class:`LiSAViT` is mmpretrain's ``VisionTransformer``
+and :class:`LiSADistilledViT` its ``DistilledVisionTransformer`` (DeiT's distillation token)
+layer for layer: the same state dict, key for key, and the same outputs. Both take mmpretrain's
+arguments (:func:`from_mmpretrain_vit`): a config of those classes with only the ``type`` changed
+builds that model. Official DeiT, mmseg and older LiSAViT checkpoints are renamed when loaded
+(:func:`convert_vit_checkpoint`).
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import torch
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import PatchEmbed
 from torch import Tensor, nn
 
-from ..attention.layers import PositionalEncoding
+from ..attention.layers import position_table_at
 from .base import (
     LiSABackbone,
+    TransformerBlock,
     accepts_upstream_args,
     build_blocks,
     named_upstream,
@@ -39,8 +42,9 @@ MMPRETRAIN_VIT_ONLY = dict(img_size=224, interpolate_mode='bicubic', layer_scale
                            layer_cfgs={}, pre_norm=False)
 
 
-def from_mmpretrain_vit(kwargs: dict) -> dict:
-    """A call in mmpretrain ``VisionTransformer``'s arguments as LiSAViT's (others unchanged).
+def from_mmpretrain_vit(kwargs: dict, distilled: bool = False) -> dict:
+    """A call in mmpretrain ``VisionTransformer``'s arguments as LiSAViT's (others unchanged);
+    ``distilled``: in ``DistilledVisionTransformer``'s as :class:`LiSADistilledViT`'s.
 
     Same meaning: ``arch`` a preset of mmpretrain's ``VisionTransformer.arch_zoo`` (its
     'small' is ViT-S, 768 channels, 8 layers, not this class's DeiT-S) or the same custom
@@ -48,21 +52,23 @@ def from_mmpretrain_vit(kwargs: dict) -> dict:
     ``drop_path_rate=0``), softmax attention in every layer unless ``attn_cfgs`` is given.
     Refused (not implemented): ``layer_scale_init_value`` other than 0, ``pre_norm=True``
     (CLIP), non-empty ``patch_cfg`` / ``layer_cfgs``, ``interpolate_mode`` other than
-    'bicubic' (how the position tables are resized). mmpretrain's
-    ``DistilledVisionTransformer`` (DeiT with a distillation token) takes the same arguments;
-    LiSAViT has no distillation token. ``frozen_stages`` as there: 0 freezes nothing (this
-    class's 0 freezes the embeddings), ``k > 0`` the embeddings and layers 1..k.
+    'bicubic' (how the position tables are resized). ``DistilledVisionTransformer`` takes the
+    same arguments (its default ``arch='deit-base'``, the same model). ``frozen_stages`` as there:
+    0 freezes nothing (this class's 0 freezes the embeddings), ``k > 0`` the embeddings (not the
+    distillation token) and layers 1..k.
 
     A call with none of mmpretrain's own arguments (``LiSAViT()``, ``LiSAViT(arch='deit-tiny')``,
     or only ``frozen_stages``, ``with_cp``, ...) is this class's (LiSA in every layer, DeiT-T by
     default); ``upstream='mmpretrain'`` makes it mmpretrain's, its defaults included
     (``LiSAViT(upstream='mmpretrain')`` is its softmax ViT-B).
     """
-    named = named_upstream('LiSAViT', kwargs, LiSAViT.UPSTREAMS, ('pretrain_img_size',))
-    if not (one_vocabulary('LiSAViT', kwargs, "mmpretrain's VisionTransformer", MMPRETRAIN_VIT_ONLY,
+    backbone, upstream = ('LiSADistilledViT', 'DistilledVisionTransformer') if distilled else (
+        'LiSAViT', 'VisionTransformer')
+    named = named_upstream(backbone, kwargs, LiSAViT.UPSTREAMS, ('pretrain_img_size',))
+    if not (one_vocabulary(backbone, kwargs, f"mmpretrain's {upstream}", MMPRETRAIN_VIT_ONLY,
                            ('pretrain_img_size',)) or named):
         return kwargs
-    reject_unsupported('LiSAViT', kwargs, {k: v for k, v in MMPRETRAIN_VIT_ONLY.items() if k != 'img_size'},
+    reject_unsupported(backbone, kwargs, {k: v for k, v in MMPRETRAIN_VIT_ONLY.items() if k != 'img_size'},
                        dict(interpolate_mode='position tables are resized bicubically',
                             layer_scale_init_value='the layers have no layer scale',
                             patch_cfg='the patch embedding is built from patch_size',
@@ -72,7 +78,7 @@ def from_mmpretrain_vit(kwargs: dict) -> dict:
         if key != 'img_size':
             kwargs.pop(key, None)
     kwargs['pretrain_img_size'] = kwargs.pop('img_size', MMPRETRAIN_VIT_ONLY['img_size'])
-    arch = kwargs.pop('arch', 'base')
+    arch = kwargs.pop('arch', 'deit-base' if distilled else 'base')
     if isinstance(arch, str):
         from mmpretrain.models.backbones import VisionTransformer
         if arch.lower() not in VisionTransformer.arch_zoo:
@@ -88,6 +94,23 @@ def from_mmpretrain_vit(kwargs: dict) -> dict:
     return kwargs
 
 
+class ViTLayer(TransformerBlock):
+    """:class:`.base.TransformerBlock` under the names of mmpretrain's ``TransformerEncoderLayer``:
+    the norms are the modules ``ln1`` / ``ln2``, read as ``norm1`` / ``norm2`` (as there)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._modules = {dict(norm1='ln1', norm2='ln2').get(k, k): m for k, m in self._modules.items()}  # in order
+
+    @property
+    def norm1(self) -> nn.Module:
+        return self.ln1
+
+    @property
+    def norm2(self) -> nn.Module:
+        return self.ln2
+
+
 class LiSAViT(LiSABackbone):
     """DeiT / ViT whose layers use the attentions built from ``attn_cfgs``.
 
@@ -98,6 +121,11 @@ class LiSAViT(LiSABackbone):
     normalisation run over all ``1 + HW`` tokens, while the 3x3 local branch,
     the depthwise conv and the learnable positional encoding on ``k`` act on
     the patch grid only (:mod:`..attention`).
+
+    The state dict is mmpretrain's ``VisionTransformer``'s: ``cls_token``, ``pos_embed``
+    ``(1, 1 + H0 * W0, C)``, ``patch_embed.projection``, ``layers.{i}.ln1`` / ``attn.qkv`` /
+    ``attn.proj`` / ``ln2`` / ``ffn.layers.0.0`` / ``ffn.layers.1``, ``ln1`` (final norm), ``ln2``
+    (``avg_featmap``), plus the tensors of attentions other than softmax.
 
     Choices where the papers are silent:
 
@@ -129,9 +157,10 @@ class LiSAViT(LiSABackbone):
         attn_drop_rate: dropout on attention probabilities (softmax attentions).
         drop_path_rate: stochastic depth, linearly increasing over layers.
         with_cls_token: prepend a class token.
-        out_type: 'cls_token' (B, C), 'featmap' (B, C, H, W), 'avg_featmap'
-            (B, C: mean of the patch tokens, then LayerNorm ``ln2``) or 'raw'
-            (B, N, C), per out index, as mmpretrain's ``VisionTransformer``.
+        out_type: 'cls_token' (B, C; :class:`LiSADistilledViT`: the pair of class and
+            distillation tokens), 'featmap' (B, C, H, W), 'avg_featmap' (B, C: mean of the
+            patch tokens, then LayerNorm ``ln2``) or 'raw' (B, N, C), per out index, as
+            mmpretrain's ``VisionTransformer``.
         final_norm: LayerNorm ``ln1`` after the last layer.
         with_cp: gradient checkpointing of every layer.
         frozen_stages: -1 (none) .. num_layers, see above; with mmpretrain's arguments
@@ -155,9 +184,10 @@ class LiSAViT(LiSABackbone):
             'embed_dims': 768, 'num_layers': 12, 'num_heads': 12, 'feedforward_channels': 768 * 4}),
     }
     arch_keys = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
-    embeddings = ('pos_embed.weight', 'cls_token')
+    embeddings = ('pos_embed', 'cls_token', 'dist_token')
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
     UPSTREAMS = (None, 'mmpretrain')
+    distilled: ClassVar[bool] = False  # a distillation token after the class token (LiSADistilledViT)
 
     @accepts_upstream_args(from_mmpretrain_vit)
     def __init__(
@@ -191,25 +221,31 @@ class LiSAViT(LiSABackbone):
             raise ValueError(f'out_type={out_type!r} is not one of {self.OUT_TYPES}')
         if out_type == 'cls_token' and not with_cls_token:
             raise ValueError("out_type='cls_token' needs with_cls_token=True")
+        if self.distilled and not with_cls_token:
+            raise ValueError(f'{type(self).__name__}: with_cls_token=False is not supported (the distillation '
+                             'token comes after the class token); only with_cls_token=True')
         for name, p in (('drop_rate', drop_rate), ('drop_path_rate', drop_path_rate)):
             if not 0 <= p < 1:
                 raise ValueError(f'{name}={p} must be in [0, 1)')
         self.embed_dims, self.num_layers = embed_dims, num_layers
         attn_cfgs = self.check_stage_args(num_layers, out_indices, frozen_stages, attn_cfgs, 'layer')
         self.out_type, self.final_norm = out_type, final_norm
-        self.num_prefix_tokens = int(with_cls_token)
+        self.num_prefix_tokens = int(with_cls_token) + self.distilled
 
         self.patch_embed = PatchEmbed(
             in_channels=in_channels, embed_dims=embed_dims, kernel_size=patch_size, stride=patch_size,
             input_size=to_pair(pretrain_img_size, 'pretrain_img_size'))
-        self.patch_resolution = self.patch_embed.init_out_size
+        self.patch_resolution = self.pos_shape = self.patch_embed.init_out_size  # pos_shape: for the loader
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dims)) if with_cls_token else None
-        self.pos_embed = PositionalEncoding(embed_dims, self.patch_resolution, self.num_prefix_tokens)
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dims)) if self.distilled else None
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.num_prefix_tokens + self.patch_resolution[0]
+                                                  * self.patch_resolution[1], embed_dims))
         self.drop_after_pos = nn.Dropout(drop_rate)
         self.layers = nn.ModuleList(build_blocks(
             attn_cfgs, embed_dims, num_heads, ffn_channels, torch.linspace(0, drop_path_rate, num_layers).tolist(),
             qkv_bias=qkv_bias, attn_drop=attn_drop_rate, drop_rate=drop_rate, pos_shape=self.patch_resolution,
-            num_prefix_tokens=self.num_prefix_tokens, act_cfg=act_cfg, norm_cfg=norm_cfg, with_cp=with_cp))
+            num_prefix_tokens=self.num_prefix_tokens, act_cfg=act_cfg, norm_cfg=norm_cfg, with_cp=with_cp,
+            block=ViTLayer))
         if final_norm:
             self.ln1 = build_norm_layer(norm_cfg, embed_dims)[1]
         if out_type == 'avg_featmap':
@@ -221,6 +257,8 @@ class LiSAViT(LiSABackbone):
             return []
         parts = [self.patch_embed, self.pos_embed, self.drop_after_pos, self.cls_token,
                  *self.layers[:self.frozen_stages]]
+        if self.upstream is None:  # mmpretrain leaves its distillation token trainable
+            parts.append(self.dist_token)
         if self.frozen_stages == self.num_layers:
             parts += [getattr(self, n, None) for n in ('ln1', 'ln2')]
         return parts
@@ -231,9 +269,10 @@ class LiSAViT(LiSABackbone):
 
     def forward(self, x: Tensor) -> tuple[Tensor, ...]:
         x, hw_shape = self.patch_embed(x)
-        if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        x = self.drop_after_pos(x + self.pos_embed(hw_shape))
+        prefix = [t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.dist_token) if t is not None]
+        x = torch.cat([*prefix, x], dim=1)
+        x = self.drop_after_pos(x + position_table_at(self.pos_embed, self.pos_shape, hw_shape,
+                                                      self.num_prefix_tokens))
         outs = []
         for i, layer in enumerate(self.layers):
             x = layer(x, hw_shape)
@@ -243,11 +282,11 @@ class LiSAViT(LiSABackbone):
                 outs.append(self._format_output(x, hw_shape))
         return tuple(outs)
 
-    def _format_output(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
+    def _format_output(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor | tuple[Tensor, Tensor]:
         if self.out_type == 'raw':
             return x
         if self.out_type == 'cls_token':
-            return x[:, 0]
+            return (x[:, 0], x[:, 1]) if self.distilled else x[:, 0]
         patches = x[:, self.num_prefix_tokens:]
         if self.out_type == 'featmap':
             return nlc_to_nchw(patches, hw_shape)
@@ -257,19 +296,20 @@ class LiSAViT(LiSABackbone):
 VIT_RENAMES = (
     (r'^blocks\.', 'layers.'), (r'^norm\.', 'ln1.'), (r'^patch_embed\.proj\.', 'patch_embed.projection.'),
     (r'\.mlp\.fc1\.', '.ffn.layers.0.0.'), (r'\.mlp\.fc2\.', '.ffn.layers.1.'),          # official DeiT
-    (r'^(layers\.\d+)\.ln([12])\.', r'\1.norm\2.'),       # mmpretrain, mmseg, LiSAViT before its shared block
+    (r'^(layers\.\d+)\.norm([12])\.', r'\1.ln\2.'),       # official DeiT, LiSAViT before mmpretrain's names
     (r'\.attn\.attn\.in_proj_', '.attn.qkv.'), (r'\.attn\.attn\.out_proj\.', '.attn.proj.'),  # mmseg
-    (r'^pos_embed$', 'pos_embed.weight'),                                                   # all of them
+    (r'^pos_embed\.weight$', 'pos_embed'),                                  # LiSAViT before mmpretrain's names
 )
 
 
 def convert_vit_checkpoint(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """Rename an official DeiT (facebookresearch/deit, timm's layout), an mmpretrain or an
-    mmseg ``VisionTransformer`` checkpoint to LiSAViT keys by :data:`VIT_RENAMES`
-    (``blocks.{i}.mlp.fc1`` -> ``layers.{i}.ffn.layers.0.0``, ``layers.{i}.ln1`` ->
-    ``layers.{i}.norm1``, ``attn.attn.in_proj_*`` -> ``attn.qkv.*``, ``pos_embed`` ->
-    ``pos_embed.weight``, ...); LiSAViT's own keys pass unchanged. A classifier's
-    ``head.*`` is left as it is (reported as unused).
+    """Rename an official DeiT (facebookresearch/deit, timm's layout), an mmseg
+    ``VisionTransformer`` or an older LiSAViT checkpoint to LiSAViT's keys, which are
+    mmpretrain's, by :data:`VIT_RENAMES` (``blocks.{i}.mlp.fc1`` -> ``layers.{i}.ffn.layers.0.0``,
+    ``blocks.{i}.norm1`` / LiSAViT's former ``layers.{i}.norm1`` -> ``layers.{i}.ln1``,
+    ``attn.attn.in_proj_*`` -> ``attn.qkv.*``, LiSAViT's former ``pos_embed.weight`` ->
+    ``pos_embed``, ...); mmpretrain's keys pass unchanged. A classifier's ``head.*`` is left as
+    it is (reported as unused).
     """
     out = {}
     for key, value in state_dict.items():
@@ -277,3 +317,22 @@ def convert_vit_checkpoint(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor
             key = re.sub(pattern, replacement, key)
         out[key] = value
     return out
+
+
+class LiSADistilledViT(LiSAViT):
+    """DeiT with its distillation token (Touvron et al., Sec. 5): :class:`LiSAViT` whose tokens are
+    ``[cls; dist; p_1 .. p_HW]``, as mmpretrain's ``DistilledVisionTransformer``.
+
+    Both tokens are prefix tokens of every attention (``num_prefix_tokens=2``) and have rows of
+    ``pos_embed`` ``(1, 2 + H0 * W0, C)``; ``dist_token`` ``(1, 1, C)`` is drawn as ``cls_token``.
+    ``out_type='cls_token'`` gives ``(cls, dist)`` per out index (mmpretrain's ``DeiTClsHead``
+    reads both). ``with_cls_token`` is always True. ``frozen_stages >= 0`` freezes the
+    distillation token with the embeddings, but not with mmpretrain's arguments (as there).
+    Arguments as :class:`LiSAViT`'s, or mmpretrain's (:func:`from_mmpretrain_vit`).
+    """
+
+    distilled = True
+
+    @accepts_upstream_args(functools.partial(from_mmpretrain_vit, distilled=True))
+    def __init__(self, arch: str | Mapping = 'deit-tiny', **kwargs) -> None:
+        super().__init__(arch, **kwargs)  # arch positional: LiSAViT takes the call as translated here
