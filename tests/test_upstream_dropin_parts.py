@@ -275,10 +275,20 @@ def test_mmpretrain_swin_block_and_patch_merging_settings_give_mmpretrain_output
     assert_same_outputs(ours, reference, torch.randn(1, 3, 224, 233))
 
 
+def test_mmpretrain_swin_stage_and_block_drop_path_rates_are_mmpretrains():
+    stage_cfgs = [dict(drop_paths=0.3), dict(drop_paths=[0.1, 0.2, 0.9]), dict(block_cfgs=dict(drop_path=0.4)),
+                  dict(drop_paths=[0.1, 0.2], block_cfgs=dict(drop_path=0.0))]
+    kwargs = dict(arch=SWIN, img_size=224, drop_path_rate=0.5, stage_cfgs=stage_cfgs)
+    reference = upstream_swin('mmpretrain', **kwargs)
+    ours = LiSASwinTransformer(**kwargs)
+    want = [[b.attn.drop.drop_prob for b in s.blocks] for s in reference.stages]
+    assert want == [[0.3, 0.3], [0.1, 0.2], [0.4, 0.4], [0.0, 0.0]]
+    assert [[b.drop_path.drop_prob for b in s.blocks] for s in ours.stages] == want
+    assert [[b.ffn.dropout_layer.drop_prob for b in s.blocks] for s in ours.stages] == want
+
+
 @pytest.mark.parametrize('stage_cfgs, match', [
-    (dict(block_cfgs=dict(drop_path=0.2)), r'stage_cfgs\[0\]\.block_cfgs\.drop_path=0\.2 is not supported \('
-                                           r'drop_path_rate sets'),
-    (dict(drop_paths=[0.1, 0.2]), r'stage_cfgs\[0\]\.drop_paths=\[0\.1, 0\.2\] is not supported'),
+    (dict(drop_paths=[0.1]), r'stage_cfgs\[0\]\.drop_paths=\[0\.1\] is not supported \(one rate per block'),
     (dict(downsample_cfg=dict(kernel_size=3)),
      r"stage_cfgs\[0\]\.downsample_cfg\.kernel_size=3 is not supported \(the stages halve the grid.*\); only 2"),
     (dict(downsample_cfg=dict(out_channels=32)), r'downsample_cfg\.out_channels=32 .*\(.*\); only 16'),
@@ -319,6 +329,8 @@ def test_swin_norm_cfg_of_its_own_or_mmsegs_vocabulary_is_every_norm_and_its_sta
         assert {m.eps for m in ours.modules() if isinstance(m, torch.nn.LayerNorm)} == {0.1}
     with pytest.raises(ValueError, match=r'block_cfgs\[1\] has shift; it may set norm_cfg, ffn_cfg, with_cp'):
         LiSASwinTransformer(arch=SWIN, block_cfgs=[{}, dict(shift=True), {}, {}])
+    with pytest.raises(ValueError, match=r'block_cfgs\[0\]\.drop_path_rates=\[0\.1\] needs one rate per block \(2\)'):
+        LiSASwinTransformer(arch=SWIN, block_cfgs=dict(drop_path_rates=[0.1]))
     with pytest.raises(ValueError, match=r'downsample_cfgs has 4 entries; .* one per patch merging \(3\)'):
         LiSASwinTransformer(arch=SWIN, downsample_cfgs=[{}] * 4)
     with pytest.raises(TypeError, match=r"mmpretrain's SwinTransformer \(stage_cfgs\) and its own \(block_cfgs\)"):

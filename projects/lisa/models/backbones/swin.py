@@ -53,12 +53,12 @@ MMPRETRAIN_SWIN_TARGETS = ('pretrain_img_size', 'block_cfgs', 'downsample_cfgs',
 #: mmpretrain's SwinBlockSequence (``stage_cfgs``) and SwinBlock (``block_cfgs``) arguments with no
 #: counterpart here, and why
 STAGE_CFG_REASONS = dict(
-    downsample='every stage but the last ends with a patch merging', drop_paths='drop_path_rate sets the rates',
-    drop_path='drop_path_rate sets the rates', depth='arch sets it', num_heads='arch sets it',
+    downsample='every stage but the last ends with a patch merging', depth='arch sets it', num_heads='arch sets it',
     embed_dims='arch sets it', init_cfg='the backbone initialises every layer (init_weights, init_cfg)')
 #: the keys of a SwinBlockSequence / SwinBlock config that map here
-STAGE_KEYS = ('window_size', 'pad_small_map', 'with_cp', 'downsample_cfg', 'block_cfgs')
-BLOCK_KEYS = ('window_size', 'pad_small_map', 'shift', 'with_cp', 'norm_cfg', 'ffn_ratio', 'ffn_cfgs', 'attn_cfgs')
+STAGE_KEYS = ('window_size', 'pad_small_map', 'with_cp', 'drop_paths', 'downsample_cfg', 'block_cfgs')
+BLOCK_KEYS = ('window_size', 'pad_small_map', 'shift', 'with_cp', 'drop_path', 'norm_cfg', 'ffn_ratio', 'ffn_cfgs',
+              'attn_cfgs')
 WINDOW_KEYS = ('window_size', 'pad_small_map')  # set by from_upstream_swin as the backbone's window_size
 WINDOW_MSA_KEYS = ('qkv_bias', 'attn_drop', 'proj_drop')  # mmpretrain's WindowMSA's, the window attention's too
 FFN_KEYS = ('feedforward_channels', 'num_fcs', 'act_cfg', 'ffn_drop', 'dropout_layer', 'add_identity',
@@ -80,18 +80,19 @@ def _mapped(where: str, cfg: Mapping, mapped: Sequence[str], only: Mapping[str, 
     return dict(cfg)
 
 
-def _stage_args(stage_cfgs: Mapping | Sequence[Mapping], dims: Sequence[int]) -> list[tuple[dict, dict, dict]]:
-    """Per stage of widths ``dims``, what mmpretrain's ``stage_cfgs`` (and their ``block_cfgs``, which
-    override them, as in mmpretrain) set: the window attention's arguments (:data:`WINDOW_KEYS`,
-    ``shift``, :data:`WINDOW_MSA_KEYS`), the blocks' (``norm_cfg``, ``ffn_cfg``, ``with_cp``: this class's
-    ``block_cfgs``) and the patch merging's (``downsample_cfgs``). A key without a counterpart
-    raises with the reason (:data:`STAGE_CFG_REASONS`)."""
+def _stage_args(stage_cfgs: Mapping | Sequence[Mapping], dims: Sequence[int], depths: Sequence[int]
+                ) -> list[tuple[dict, dict, dict]]:
+    """Per stage of widths ``dims`` and ``depths`` blocks, what mmpretrain's ``stage_cfgs`` (and their
+    ``block_cfgs``, which override them, as in mmpretrain) set: the window attention's arguments
+    (:data:`WINDOW_KEYS`, ``shift``, :data:`WINDOW_MSA_KEYS`), the blocks' (``norm_cfg``, ``ffn_cfg``,
+    ``with_cp``, ``drop_path_rates``: this class's ``block_cfgs``) and the patch merging's
+    (``downsample_cfgs``). A key without a counterpart raises with the reason (:data:`STAGE_CFG_REASONS`)."""
     cfgs = [stage_cfgs] * len(dims) if isinstance(stage_cfgs, Mapping) else list(stage_cfgs)
     if len(cfgs) != len(dims):
         raise ValueError(f'stage_cfgs has {len(cfgs)} entries; give one dict for all stages or one per stage '
                          f'({len(dims)})')
     args = []
-    for i, (cfg, dim) in enumerate(zip(cfgs, dims)):
+    for i, (cfg, dim, depth) in enumerate(zip(cfgs, dims, depths)):
         where = f'stage_cfgs[{i}].'
         blocks = cfg.get('block_cfgs', {})
         if not isinstance(blocks, Mapping):  # one dict per block: the blocks of a stage share their settings
@@ -126,6 +127,14 @@ def _stage_args(stage_cfgs: Mapping | Sequence[Mapping], dims: Sequence[int]) ->
         settings = {**stage, **block}  # a block's settings override its stage's
         attn.update((k, settings[k]) for k in (*WINDOW_KEYS, 'shift') if k in settings)
         blocks_args = {k: settings[k] for k in ('norm_cfg', 'with_cp') if k in settings}
+        rates = stage.get('drop_paths')
+        if isinstance(rates, Sequence) and len(rates) < depth:  # mmpretrain takes the first depth of them
+            raise ValueError(f'{where}drop_paths={rates!r} is not supported (one rate per block of the stage); '
+                             f'only a float or a list of at least {depth}')
+        if 'drop_path' in block:  # a block's rate overrides its stage's (one for all blocks here)
+            rates = block['drop_path']
+        if rates is not None:
+            blocks_args['drop_path_rates'] = list(rates[:depth]) if isinstance(rates, Sequence) else [rates] * depth
         args.append((attn, blocks_args | ({'ffn_cfg': ffn} if ffn else {}), downsample))
     return args
 
@@ -141,9 +150,10 @@ def from_upstream_swin(kwargs: dict) -> dict:
     LayerNorms), ``stage_cfgs`` and their ``block_cfgs`` (one dict for all stages or one per stage, a
     block's keys overriding its stage's; :func:`_stage_args`): ``window_size``, ``pad_small_map``,
     ``shift`` and ``attn_cfgs``' ``qkv_bias`` / ``attn_drop`` / ``proj_drop`` go to the stage's window
-    attention; ``norm_cfg``, ``with_cp``, ``ffn_ratio`` and ``ffn_cfgs`` (mmcv's FFN, the block's
-    there and here) to this class's ``block_cfgs``; ``downsample_cfg``'s ``norm_cfg`` / ``bias`` to
-    ``downsample_cfgs``; the other keys are refused with the reason (:data:`STAGE_CFG_REASONS`).
+    attention; ``norm_cfg``, ``with_cp``, ``drop_paths`` / ``drop_path``, ``ffn_ratio`` and ``ffn_cfgs``
+    (mmcv's FFN, the block's there and here) to this class's ``block_cfgs``; ``downsample_cfg``'s
+    ``norm_cfg`` / ``bias`` to ``downsample_cfgs``; the other keys are refused with the reason
+    (:data:`STAGE_CFG_REASONS`).
     Both: the attention defaults to
     ``dict(type='window', window_size=window_size)`` in every stage; with ``attn_cfgs`` given,
     ``window_size`` goes to its window stages, and raises if there are none (pass
@@ -226,7 +236,8 @@ def from_upstream_swin(kwargs: dict) -> dict:
                 raise ValueError(f"{name}: norm_cfg=None is not supported (mmpretrain's outputs without an output "
                                  'norm; every returned stage has its output norm here); only a norm config dict')
             kwargs['out_norm_cfg'] = kwargs.pop('norm_cfg')
-        stage_args = _stage_args(kwargs.pop('stage_cfgs', {}), [arch['embed_dims'] * 2 ** i for i in range(num_stages)])
+        stage_args = _stage_args(kwargs.pop('stage_cfgs', {}), [arch['embed_dims'] * 2 ** i for i in range(num_stages)],
+                                 arch['depths'])
         attn_args = [attn for attn, _, _ in stage_args]
         if any('window_size' in a for a in attn_args):  # as in mmpretrain, a stage's window overrides window_size
             windows, given = [a.get('window_size', w) for a, w in zip(attn_args, windows)], True
@@ -326,7 +337,8 @@ class LiSASwinTransformer(LiSABackbone):
             blocks', the outputs'; unless one of the next three sets it.
         out_norm_cfg: the output norms ``norm{i}`` (None: ``norm_cfg``); mmpretrain's ``norm_cfg``.
         block_cfgs: one dict for all stages or one per stage, the blocks' ``norm_cfg``, ``with_cp``
-            and ``ffn_cfg`` (arguments of mmcv's ``FFN`` overriding ``feedforward_channels=mlp_ratio * dim``,
+            ``drop_path_rates`` (one per block, instead of ``drop_path_rate``'s schedule) and ``ffn_cfg``
+            (arguments of mmcv's ``FFN`` overriding ``feedforward_channels=mlp_ratio * dim``,
             ``act_cfg``, ``ffn_drop=drop_rate``, the drop path, e.g. ``num_fcs``, ``add_identity``).
         downsample_cfgs: one dict for all patch mergings or one per merging (one fewer than the
             stages), their ``norm_cfg`` and ``bias`` (mmcv's ``PatchMerging``).
@@ -393,7 +405,8 @@ class LiSASwinTransformer(LiSABackbone):
         attn_cfgs = self.check_stage_args(num_stages, out_indices, frozen_stages, attn_cfgs)
         self.num_features = [self.arch_settings['embed_dims'] * 2 ** i for i in range(num_stages)]
         patch_norm_cfg = norm_cfg if patch_norm else None
-        block_cfgs = _per_stage(block_cfgs, num_stages, 'block_cfgs', 'stage', ('norm_cfg', 'ffn_cfg', 'with_cp'))
+        block_cfgs = _per_stage(block_cfgs, num_stages, 'block_cfgs', 'stage',
+                                ('norm_cfg', 'ffn_cfg', 'with_cp', 'drop_path_rates'))
         downsample_cfgs = _per_stage(downsample_cfgs, num_stages - 1, 'downsample_cfgs', 'patch merging',
                                      ('norm_cfg', 'bias'))
 
@@ -408,6 +421,9 @@ class LiSASwinTransformer(LiSABackbone):
         self.stages = nn.ModuleList()
         for i, (dim, depth, heads, rates) in enumerate(
                 zip(self.num_features, depths, num_heads, stage_drop_path_rates(drop_path_rate, depths))):
+            rates = block_cfgs[i].pop('drop_path_rates', rates)
+            if len(rates) != depth:
+                raise ValueError(f'block_cfgs[{i}].drop_path_rates={rates!r} needs one rate per block ({depth})')
             blocks = build_blocks([attn_cfgs[i]] * depth, dim, heads, int(mlp_ratio * dim), rates, f'stage {i}, ',
                                   qkv_bias=qkv_bias, attn_drop=attn_drop_rate, drop_rate=drop_rate, pos_shape=grid,
                                   act_cfg=act_cfg, **{'norm_cfg': norm_cfg, 'with_cp': with_cp, **block_cfgs[i]})
