@@ -242,16 +242,99 @@ def test_mmpretrain_swin_stage_and_block_window_settings_give_mmpretrain_outputs
     assert_same_outputs(ours, reference, torch.randn(1, 3, 224, 233))
 
 
+def test_mmpretrain_swin_norm_cfg_sets_only_the_output_norms_as_there():
+    kwargs = dict(arch=SWIN, img_size=224, out_indices=(0, 1, 2, 3), norm_cfg=dict(type='LN', eps=0.1))
+    reference = perturbed(upstream_swin('mmpretrain', **kwargs))
+    ours = LiSASwinTransformer(**kwargs).eval()
+    eps = {n: m.eps for n, m in ours.named_modules() if isinstance(m, torch.nn.LayerNorm)}
+    assert eps == {n: m.eps for n, m in reference.named_modules() if isinstance(m, torch.nn.LayerNorm)}
+    assert {n for n, e in eps.items() if e == 0.1} == {'norm0', 'norm1', 'norm2', 'norm3'}
+    ours.load_state_dict(reference.state_dict())
+    assert_same_outputs(ours, reference, torch.randn(1, 3, 224, 224))
+
+
+def test_mmpretrain_swin_block_and_patch_merging_settings_give_mmpretrain_outputs():
+    stage_cfgs = [
+        dict(block_cfgs=dict(norm_cfg=dict(type='LN', eps=0.1), ffn_ratio=2.0, shift=True),
+             downsample_cfg=dict(norm_cfg=dict(type='LN', eps=0.1), bias=True)),
+        dict(with_cp=True, block_cfgs=dict(ffn_cfgs=dict(feedforward_channels=24, act_cfg=dict(type='ReLU'),
+                                                         num_fcs=3, ffn_drop=0.1))),
+        dict(block_cfgs=[dict(shift=False, attn_cfgs=dict(qkv_bias=False, attn_drop=0.1))] * 2,
+             downsample_cfg=dict(norm_cfg=None)),
+        dict(block_cfgs=dict(with_cp=True, ffn_cfgs=dict(add_identity=False, feedforward_channels=16))),
+    ]
+    kwargs = dict(arch=SWIN, img_size=224, out_indices=(0, 1, 2, 3), stage_cfgs=stage_cfgs)
+    reference = perturbed(upstream_swin('mmpretrain', **kwargs))
+    ours = LiSASwinTransformer(**kwargs).eval()
+    assert [[b.attn.shift_size for b in s.blocks] for s in ours.stages] == [[3, 3], [0, 3], [0, 0], [0, 3]]
+    assert [s.blocks[0].with_cp for s in ours.stages] == [False, True, False, True]
+    assert [m.__class__.__name__ for m in ours.stages[1].blocks[0].ffn.layers] == ['Sequential'] * 2 + ['Linear',
+                                                                                                        'Dropout']
+    assert ours.stages[2].downsample.norm is None and ours.stages[2].blocks[0].attn.qkv.bias is None
+    ours.load_state_dict(reference.state_dict())
+    assert_same_outputs(ours, reference, torch.randn(1, 3, 224, 233))
+
+
+def test_mmpretrain_swin_stage_and_block_drop_path_rates_are_mmpretrains():
+    stage_cfgs = [dict(drop_paths=0.3), dict(drop_paths=[0.1, 0.2, 0.9]), dict(block_cfgs=dict(drop_path=0.4)),
+                  dict(drop_paths=[0.1, 0.2], block_cfgs=dict(drop_path=0.0))]
+    kwargs = dict(arch=SWIN, img_size=224, drop_path_rate=0.5, stage_cfgs=stage_cfgs)
+    reference = upstream_swin('mmpretrain', **kwargs)
+    ours = LiSASwinTransformer(**kwargs)
+    want = [[b.attn.drop.drop_prob for b in s.blocks] for s in reference.stages]
+    assert want == [[0.3, 0.3], [0.1, 0.2], [0.4, 0.4], [0.0, 0.0]]
+    assert [[b.drop_path.drop_prob for b in s.blocks] for s in ours.stages] == want
+    assert [[b.ffn.dropout_layer.drop_prob for b in s.blocks] for s in ours.stages] == want
+
+
 @pytest.mark.parametrize('stage_cfgs, match', [
-    (dict(block_cfgs=dict(norm_cfg=dict(type='LN', eps=1e-6))),
-     r"stage_cfgs\[0\].block_cfgs.norm_cfg=.* is not supported \(the blocks' norms"),
-    (dict(block_cfgs=dict(ffn_cfgs=dict(ffn_drop=0.1))), r'block_cfgs.ffn_cfgs=.* is not supported \(the FFN'),
+    (dict(drop_paths=[0.1]), r'stage_cfgs\[0\]\.drop_paths=\[0\.1\] is not supported \(one rate per block'),
     (dict(downsample_cfg=dict(kernel_size=3)),
-     r'stage_cfgs\[0\].downsample_cfg=.* is not supported \(the patch merging'),
+     r"stage_cfgs\[0\]\.downsample_cfg\.kernel_size=3 is not supported \(the stages halve the grid.*\); only 2"),
+    (dict(downsample_cfg=dict(out_channels=32)), r'downsample_cfg\.out_channels=32 .*\(.*\); only 16'),
+    (dict(block_cfgs=dict(ffn_cfgs=dict(embed_dims=16))), r'block_cfgs\.ffn_cfgs\.embed_dims=16 .*; only 8'),
+    (dict(block_cfgs=dict(ffn_cfgs=dict(init_cfg=dict(type='Kaiming')))),
+     r'block_cfgs\.ffn_cfgs\.init_cfg=.* is not supported \(the backbone initialises'),
+    (dict(block_cfgs=dict(attn_cfgs=dict(qk_scale=0.5))), r'block_cfgs\.attn_cfgs\.qk_scale=0\.5 .*only None'),
+    (dict(block_cfgs=dict(attn_cfgs=dict(window_msa=object))), r'block_cfgs\.attn_cfgs\.window_msa=.* is not '
+                                                                 r'supported \(the window attention is LiSA'),
+    (dict(depth=3), r'stage_cfgs\[0\]\.depth=3 is not supported \(arch sets it\)'),
+    (dict(shift=True), r"stage_cfgs\[0\]\.shift=True is not supported \(not an argument of mmpretrain's "
+                       r'SwinBlockSequence\)'),
+    (dict(block_cfgs=dict(ffn_drop=0.1)), r"block_cfgs\.ffn_drop=0\.1 .*\(not an argument of mmpretrain's "
+                                          r'SwinBlock\)'),
+    (dict(block_cfgs=[dict(shift=True), dict(shift=False)]), r'block_cfgs=.* is not supported \(the blocks of a '
+                                                              r'stage share'),
 ])
 def test_mmpretrain_swin_stage_settings_without_a_counterpart_are_refused_with_the_reason(stage_cfgs, match):
     with pytest.raises(ValueError, match=match):
-        LiSASwinTransformer(arch=SMALL_SWIN, img_size=224, stage_cfgs=stage_cfgs)
+        LiSASwinTransformer(arch=SWIN, img_size=224, stage_cfgs=stage_cfgs)
+
+
+def test_mmpretrain_swin_without_output_norms_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match=r'norm_cfg=None is not supported \(.*output norm.*\)'):
+        LiSASwinTransformer(arch=SWIN, img_size=224, norm_cfg=None)
+
+
+def test_mmpretrain_swin_stage_settings_of_the_window_attention_need_a_window_stage():
+    with pytest.raises(ValueError, match=r"stage_cfgs\[0\] sets shift=False, an argument of the window "
+                                         r"attention; stage 0 uses 'lisa'"):
+        LiSASwinTransformer(arch=SWIN, img_size=224, window_size=None, attn_cfgs=dict(type='lisa'),
+                            stage_cfgs=dict(block_cfgs=dict(shift=False)))
+
+
+def test_swin_norm_cfg_of_its_own_or_mmsegs_vocabulary_is_every_norm_and_its_stage_settings_are_checked():
+    for kwargs in (dict(arch=SWIN), dict(SWIN)):  # own, mmseg's
+        ours = LiSASwinTransformer(**kwargs, norm_cfg=dict(type='LN', eps=0.1))
+        assert {m.eps for m in ours.modules() if isinstance(m, torch.nn.LayerNorm)} == {0.1}
+    with pytest.raises(ValueError, match=r'block_cfgs\[1\] has shift; it may set norm_cfg, ffn_cfg, with_cp'):
+        LiSASwinTransformer(arch=SWIN, block_cfgs=[{}, dict(shift=True), {}, {}])
+    with pytest.raises(ValueError, match=r'block_cfgs\[0\]\.drop_path_rates=\[0\.1\] needs one rate per block \(2\)'):
+        LiSASwinTransformer(arch=SWIN, block_cfgs=dict(drop_path_rates=[0.1]))
+    with pytest.raises(ValueError, match=r'downsample_cfgs has 4 entries; .* one per patch merging \(3\)'):
+        LiSASwinTransformer(arch=SWIN, downsample_cfgs=[{}] * 4)
+    with pytest.raises(TypeError, match=r"mmpretrain's SwinTransformer \(stage_cfgs\) and its own \(block_cfgs\)"):
+        LiSASwinTransformer(arch=SWIN, stage_cfgs={}, block_cfgs={})
 
 
 # ---------------------------------------------------------------- 5. LiSAViT's state dict is mmpretrain's

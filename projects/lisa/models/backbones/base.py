@@ -182,19 +182,22 @@ class TransformerBlock(nn.Module):
 
     ``with_cp`` recomputes the block in backward (``torch.utils.checkpoint``,
     RNG state preserved, so dropout masks and results are those without it).
+    ``ffn_cfg`` overrides arguments of mmcv's ``FFN`` (e.g. ``feedforward_channels``, ``num_fcs``,
+    ``act_cfg``, ``ffn_drop``, ``add_identity``), as mmpretrain's Swin ``ffn_cfgs`` do.
     """
 
     def __init__(self, dim: int, attn: nn.Module, ffn_channels: int, drop_rate: float = 0.0,
                  drop_path_rate: float = 0.0, act_cfg: dict = dict(type='GELU'),
-                 norm_cfg: dict = dict(type='LN'), with_cp: bool = False) -> None:
+                 norm_cfg: dict = dict(type='LN'), with_cp: bool = False, ffn_cfg: Mapping | None = None) -> None:
         super().__init__()
         self.with_cp = with_cp
         self.norm1 = build_norm_layer(norm_cfg, dim)[1]
         self.attn = attn
         self.drop_path = DropPath(drop_path_rate)
         self.norm2 = build_norm_layer(norm_cfg, dim)[1]
-        self.ffn = FFN(embed_dims=dim, feedforward_channels=ffn_channels, act_cfg=act_cfg,
-                       ffn_drop=drop_rate, dropout_layer=dict(type='DropPath', drop_prob=drop_path_rate))
+        self.ffn = FFN(**{'embed_dims': dim, 'feedforward_channels': ffn_channels, 'act_cfg': act_cfg,
+                          'ffn_drop': drop_rate, 'dropout_layer': dict(type='DropPath', drop_prob=drop_path_rate),
+                          **(ffn_cfg or {})})
 
     def _forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
@@ -209,12 +212,13 @@ class TransformerBlock(nn.Module):
 def build_blocks(attn_cfgs: Sequence[Mapping], dim: int, num_heads: int, ffn_channels: int,
                  drop_path_rates: Sequence[float], where: str = '', *, qkv_bias: bool, attn_drop: float,
                  drop_rate: float, pos_shape: Sequence[int], num_prefix_tokens: int = 0,
-                 act_cfg: dict = dict(type='GELU'), norm_cfg: dict = dict(type='LN'),
-                 with_cp: bool = False, block: type[TransformerBlock] = TransformerBlock) -> list[TransformerBlock]:
+                 act_cfg: dict = dict(type='GELU'), norm_cfg: dict = dict(type='LN'), with_cp: bool = False,
+                 ffn_cfg: Mapping | None = None, block: type[TransformerBlock] = TransformerBlock
+                 ) -> list[TransformerBlock]:
     """The :class:`TransformerBlock` s of a stage, block ``j`` with the attention of ``attn_cfgs[j]``.
 
     ``block``: :class:`TransformerBlock` or a subclass with its signature (BiFormer's adds a
-    positional convolution).
+    positional convolution); ``ffn_cfg``: its FFN's overrides.
 
     Every attention gets the same context (``..attention.CONTEXT``): ``qkv_bias``,
     ``attn_drop``, ``proj_drop=drop_rate``, ``pos_shape``, ``num_prefix_tokens`` and
@@ -228,7 +232,7 @@ def build_blocks(attn_cfgs: Sequence[Mapping], dim: int, num_heads: int, ffn_cha
                                    pos_shape=tuple(pos_shape), num_prefix_tokens=num_prefix_tokens, block_index=j)
         except (TypeError, ValueError) as e:
             raise type(e)(f'{where}block {j}: attention {dict(cfg)}: {e}') from e
-        blocks.append(block(dim, attn, ffn_channels, drop_rate, rate, act_cfg, norm_cfg, with_cp))
+        blocks.append(block(dim, attn, ffn_channels, drop_rate, rate, act_cfg, norm_cfg, with_cp, ffn_cfg=ffn_cfg))
     return blocks
 
 
