@@ -170,7 +170,7 @@ def lookup_scene(rng: np.random.Generator, size: int = 96, cell: int = 4, hops: 
 
 def _pointer_map(rng: np.random.Generator, names: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """``targets`` in an order in which no name meets itself: a uniform fixed-point-free matching
-    (rejection sampling; at most one of ``len(names)`` pairs is forced, so ~e draws)."""
+    (rejection sampling: a random order has none with probability >= ~1/e, so ~e draws)."""
     for _ in range(1000):
         order = rng.permutation(targets)
         if not (order == names).any():
@@ -201,9 +201,10 @@ def pointer_scene(rng: np.random.Generator, size: int = 64, cell: int = 4, hops:
     cell centre to the cue's, bounded by ``distance = (lo, hi)`` cells, as in :func:`lookup_scene`.
 
     **Why one attention layer cannot short-cut it** (unlike the lookup, whose answer is one bit).
-    A query cell's content is the same in every image, so in one layer its attention weights
-    over the relays cannot depend on ``c_0``: its output is ``g(cue) + sum_r w(name_r, target_r)
-    v(name_r, target_r)``, and the 1x1 head must read ``f(c_0)`` from it. With one bit per name
+    A query cell's content is the same in every image, so in one layer the relative weights of
+    its attention over the relays cannot depend on ``c_0`` (only the shared normaliser can): its
+    output is ``g(cue) + z sum_r w(name_r, target_r) v(name_r, target_r)`` (plus the background),
+    and the MLP and 1x1 head must read ``f(c_0)`` from it. With one bit per name
     (the lookup) the weights select the relays that point at red, the values carry their
     names, and the head reads the cue colour's bit. Here it would need, for every one of the
     ``R`` names, which of ``A - 1`` targets it has (an ``A x A`` associative memory in one
