@@ -15,6 +15,7 @@ from PIL import Image
 
 from projects.lisa.synthetic.long_range import (
     CUE_RING,
+    HOP_MARKS,
     IGNORE,
     QUERY_FILL,
     SYMBOLS,
@@ -30,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def read_pointer(image: np.ndarray, cell: int) -> tuple[tuple[int, int, int], dict[int, int], list]:
     """The cells of a noise-free pointer image, from its pixels alone: the cue ``(y, x, centre)``, the
-    relays ``{name: target}`` (asserting that the names are distinct) and the query cells ``(y, x)``."""
+    relays ``{name: target}`` (asserting that the names are distinct) and the query cells ``(y, x, k)``
+    with ``k`` the hop count their centre shows (:data:`HOP_MARKS`; a solid cell shows 1)."""
     grid = image.shape[0] // cell
     symbol = {tuple(c): i for i, c in enumerate(SYMBOLS.astype(int))}
     cue, relays, queries = None, {}, []
@@ -38,8 +40,8 @@ def read_pointer(image: np.ndarray, cell: int) -> tuple[tuple[int, int, int], di
         for x in range(grid):
             patch = image[y * cell:(y + 1) * cell, x * cell:(x + 1) * cell]
             ring, centre = tuple(patch[0, 0]), tuple(patch[cell // 2, cell // 2])
-            if (patch == QUERY_FILL).all():
-                queries.append((y, x))
+            if ring == QUERY_FILL:
+                queries.append((y, x, HOP_MARKS.index(centre) + 1))
             elif ring == CUE_RING:
                 assert cue is None, 'two cues'
                 cue = (y, x, symbol[centre])
@@ -49,19 +51,24 @@ def read_pointer(image: np.ndarray, cell: int) -> tuple[tuple[int, int, int], di
     return cue, relays, queries
 
 
-def decode_pointer(image: np.ndarray, cell: int, hops: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Solve a noise-free pointer image: from the cue's centre follow the relays ``hops - 1`` times;
-    return the labels, the distance map (px to the cue) and the chain's symbols."""
+def decode_pointer(image: np.ndarray, cell: int, hops: int | None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    """Solve a noise-free pointer image: from the cue's centre follow the relays ``k - 1`` times for a
+    query asking ``k`` hops (``hops``, or the hop count its centre shows where ``hops`` is None); return
+    the labels, the distance map (px to the cue), the hop map and the chain's symbols."""
     (cy, cx, pointer), relays, queries = read_pointer(image, cell)
+    longest = max(k for _, _, k in queries) if hops is None else hops
     chain = [pointer]
-    for _ in range(hops - 1):
+    for _ in range(longest - 1):
         chain.append(relays[chain[-1]])
     label = np.full(image.shape[:2], IGNORE, np.uint8)
-    distance = np.zeros(image.shape[:2])
-    for y, x in queries:
-        label[y * cell:(y + 1) * cell, x * cell:(x + 1) * cell] = chain[-1]
-        distance[y * cell:(y + 1) * cell, x * cell:(x + 1) * cell] = cell * math.hypot(y - cy, x - cx)
-    return label, distance, chain
+    distance, hop_map = np.zeros(image.shape[:2]), np.zeros(image.shape[:2], int)
+    for y, x, k in queries:
+        k = k if hops is None else hops
+        box = slice(y * cell, (y + 1) * cell), slice(x * cell, (x + 1) * cell)
+        label[box], hop_map[box] = chain[k - 1], k
+        distance[box] = cell * math.hypot(y - cy, x - cx)
+    return label, distance, hop_map, chain
 
 
 @pytest.mark.parametrize('hops, symbols, relays, cell', [
@@ -71,7 +78,7 @@ def test_pointer_labels_match_following_the_chain_in_the_image(hops, symbols, re
     for i in range(6):
         image, label, probe, h = pointer_scene(rng_for(3, 'pointer', 'train', i), size=16 * cell, cell=cell,
                                                hops=hops, symbols=symbols, relays=relays, noise=0)
-        want_label, want_distance, chain = decode_pointer(image, cell, hops)
+        want_label, want_distance, _, chain = decode_pointer(image, cell, hops)
         np.testing.assert_array_equal(label, want_label)
         shown = label != IGNORE
         assert shown.sum() == 16 * cell * cell  # 16 query cells
@@ -86,6 +93,21 @@ def test_pointer_labels_match_following_the_chain_in_the_image(hops, symbols, re
         assert max(*relay_map, *targets) < symbols
         if relays is None:  # every symbol names one relay and is one's target: the bag is always the same
             assert sorted(relay_map) == sorted(targets) == list(range(symbols))
+
+
+@pytest.mark.parametrize('hops, queries', [((1, 2), 16), ((1, 3), 16), ((2, 3), 5), ((1, 2), 2)])
+def test_pointer_queries_of_several_hop_counts_show_theirs_and_follow_the_chain_that_far(hops, queries):
+    for i in range(6):
+        image, label, probe, h = pointer_scene(rng_for(4, 'pointer', 'train', i), hops=hops, queries=queries,
+                                               noise=0)
+        want_label, want_distance, want_hops, chain = decode_pointer(image, 4, None)
+        np.testing.assert_array_equal(label, want_label)
+        shown = label != IGNORE
+        np.testing.assert_array_equal(probe[0][shown], np.round(want_distance[shown]))
+        np.testing.assert_array_equal(probe[1], want_hops)
+        assert h == hops[1] and len(set(chain)) == len(chain)
+        counts = np.bincount(probe[1][shown], minlength=hops[1] + 1)[hops[0]:] // 16  # 16 px per query
+        assert counts.max() - counts.min() <= 1 and counts.sum() == queries  # dealt evenly
 
 
 def test_pointer_answers_are_uniform_and_never_the_cue_at_two_hops():
@@ -128,7 +150,8 @@ def test_pointer_is_deterministic_by_seed_and_write_probe_stores_it(tmp_path):
 
 
 @pytest.mark.parametrize('kwargs, message', [
-    (dict(hops=(1, 2)), r'hops=\(1, 2\): a pointer image does not show its hop count'),
+    (dict(hops=(1, 4)), r'hops=\(1, 4\): a query cell shows at most 3 hop counts'),
+    (dict(hops=(1, 3), queries=2), r'queries=2: fewer than the 3 hop counts of hops=\(1, 3\)'),
     (dict(hops=0), r'hops=\(0, 0\)'),
     (dict(symbols=13), 'symbols=13 must be in'),
     (dict(symbols=8, relays=9), r'relays=9 must be in \[2, symbols=8\]'),

@@ -78,6 +78,9 @@ POINTER_CLASSES = ('cream', 'rose', 'spring', 'navy', 'orchid', 'orange', 'azure
                    'violet', 'maroon')
 QUERY_FILL = (20, 20, 20)
 """The pointer probe's query cells: solid near-black (no symbol, no ring)."""
+HOP_MARKS = ((20, 20, 20), (255, 255, 255), (128, 128, 128))
+"""In a pointer image with several hop counts, the 2x2 centre of a query cell shows its own: solid
+near-black for 1 hop, a white centre for 2, a grey one for 3."""
 
 
 def rng_for(seed: int, task: str, split: str, index: int) -> np.random.Generator:
@@ -183,7 +186,8 @@ def pointer_scene(rng: np.random.Generator, size: int = 64, cell: int = 4, hops:
                   distance: Sequence[float] = (0, math.inf), noise: float = 8.0
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """One pointer image ``(H, W, 3)`` uint8, labels ``(H, W)`` uint8 (the answer symbol on the query
-    cells, 255 elsewhere), probe ``(2, H, W)`` uint16 (distance px to the cue, hops) and its hop count.
+    cells, 255 elsewhere), probe ``(2, H, W)`` uint16 (distance px to the cue, hops) and its (largest)
+    hop count.
 
     **Scene.** ``cell``-pixel cells on the lookup's grey noisy background. An alphabet of
     ``A = symbols`` colours (:data:`SYMBOLS`). ``R = relays`` relay cells (ring = name, 2x2 centre =
@@ -197,8 +201,13 @@ def pointer_scene(rng: np.random.Generator, size: int = 64, cell: int = 4, hops:
     ``h = 3``: two. The rest of ``f`` (the distractors) is drawn at random under those
     constraints. With ``R = A`` (the default) every symbol names a relay, so the chain never
     ends and ``h`` is not visible in the image: a data set has one hop count (``hops = h`` or
-    ``(h, h)``; a range is refused). A query's *distance* is the Euclidean distance (px) from its
-    cell centre to the cue's, bounded by ``distance = (lo, hi)`` cells, as in :func:`lookup_scene`.
+    ``(h, h)``), unless the queries show it: with a range ``hops = (lo, hi)`` (``hi <= 3``) each query
+    cell asks its own hop count (the range's values dealt evenly over the queries, in random order),
+    drawn as the centre of the query cell (:data:`HOP_MARKS`), and is labelled with ``c_{k-1}`` for
+    its ``k`` (the chain runs through ``hi`` distinct symbols). Mixing 1 and 2 hops gives each image
+    a 1-hop signal (read the cue) besides the 2-hop one. A query's *distance* is the Euclidean
+    distance (px) from its cell centre to the cue's, bounded by ``distance = (lo, hi)`` cells, as in
+    :func:`lookup_scene`.
 
     **Why one attention layer cannot short-cut it** (unlike the lookup, whose answer is one bit).
     A query cell's content is the same in every image, so in one layer the relative weights of
@@ -222,7 +231,8 @@ def pointer_scene(rng: np.random.Generator, size: int = 64, cell: int = 4, hops:
     Args:
         size: image side (px), a multiple of ``cell``, >= 8 cells.
         cell: cell side (px), >= 4 (a ring around a 2x2 centre fits).
-        hops: the hop count ``h`` (or ``(h, h)``), 1 <= h <= min(A, R + 1).
+        hops: the hop count ``h`` (or ``(h, h)``), 1 <= h <= min(A, R + 1); or a range ``(lo, hi)``,
+            hi <= 3, whose values the queries share out and show.
         symbols: the alphabet size ``A``, 3 .. 12 (the labels are 0 .. A - 1).
         relays: relays per image ``R``, ``h - 1 <= R <= A``, >= 2 (None: ``A``).
         queries: query cells per image (>= 1).
@@ -232,10 +242,13 @@ def pointer_scene(rng: np.random.Generator, size: int = 64, cell: int = 4, hops:
     if cell < 4 or size % cell or size < 8 * cell:
         raise ValueError(f'size={size}, cell={cell}: need cell >= 4 and size a multiple of cell, >= 8 cells')
     lo_h, hi_h = (int(v) for v in _check_range('hops', (hops, hops) if np.isscalar(hops) else hops, 1))
-    if lo_h != hi_h:
-        raise ValueError(f'hops={tuple(hops)}: a pointer image does not show its hop count (the chain '
-                         'goes on through every named symbol), so a data set has one: use (h, h)')
-    h = lo_h
+    if lo_h != hi_h and hi_h > len(HOP_MARKS):
+        raise ValueError(f'hops={tuple(hops)}: a query cell shows at most {len(HOP_MARKS)} hop counts '
+                         f'(the chain goes on through every named symbol, so the image must say where to '
+                         f'stop); use (h, h) or hi <= {len(HOP_MARKS)}')
+    h = hi_h
+    if lo_h != hi_h and queries < hi_h - lo_h + 1:
+        raise ValueError(f'queries={queries}: fewer than the {hi_h - lo_h + 1} hop counts of hops={tuple(hops)}')
     if not 3 <= symbols <= len(SYMBOLS):
         raise ValueError(f'symbols={symbols} must be in [3, {len(SYMBOLS)}]')
     relays = symbols if relays is None else relays
@@ -265,7 +278,6 @@ def pointer_scene(rng: np.random.Generator, size: int = 64, cell: int = 4, hops:
             break  # a fixed-point-free matching exists unless both are the same single symbol
     names = np.concatenate([chain[:-1], names])
     targets = np.concatenate([chain[1:], _pointer_map(rng, names[h - 1:], targets)])
-    answer = int(chain[-1])
 
     cells = rng.permutation(grid * grid)
     cue, relay_cells, rest = cells[0], cells[1:1 + relays], cells[1 + relays:]
@@ -295,13 +307,18 @@ def pointer_scene(rng: np.random.Generator, size: int = 64, cell: int = 4, hops:
     ringed(cue, CUE_RING, SYMBOLS[chain[0]])
     for c, n, t in zip(relay_cells, names, targets):
         ringed(c, SYMBOLS[n], SYMBOLS[t])
-    for c in free[:queries]:
+    # each query's hop count: all h (one hop count), or the range dealt evenly in random order
+    asks = [h] * queries if lo_h == hi_h else rng.permutation(np.resize(np.arange(lo_h, hi_h + 1), queries))
+    for c, k in zip(free[:queries], asks):
         ys, xs = box(c)
-        image[ys, xs] = QUERY_FILL
-        label[ys, xs] = answer
+        if lo_h == hi_h:
+            image[ys, xs] = QUERY_FILL
+        else:
+            ringed(c, QUERY_FILL, HOP_MARKS[k - 1])
+        label[ys, xs] = chain[k - 1]
         y, x = divmod(int(c), grid)
         probe[0, ys, xs] = round(cell * math.hypot(y - cy, x - cx))
-        probe[1, ys, xs] = h
+        probe[1, ys, xs] = k
     image += rng.normal(0, noise, image.shape)
     return np.clip(image.round(), 0, 255).astype(np.uint8), label, probe, h
 
