@@ -8,8 +8,8 @@
 # learns (1-layer softmax 8.1 / 10.1 %, 2-layer 6.7 / 9.6 %, LiSA T=3 9.9 / 9.1 %, T=2 9.3 / 9.6 %; 2-layer at
 # 4000 iterations 13.2 %; chance 10 %, bag floor 11.1 %). What did learn: hops=(1, 2) over 10000 training
 # images and 4000 iterations (train_cfg.max_iters=4000 train_cfg.val_interval=4000 param_scheduler.1.end=4000
-# default_hooks.checkpoint.interval=4000): 2-layer softmax hop 2 38.9 %, 1-layer 17.7 % (hop 1: 100 % both),
-# LiSA T=3 stuck at chance even at hop 1 (10.7 %).
+# default_hooks.checkpoint.interval=4000): 2-layer softmax hop 2 38.9 / 35.8 % (seeds 0, 1), 1-layer 17.7 %,
+# LiSA T=2 9.3 % (hop 1: 100 % for all three), LiSA T=3 stuck at chance even at hop 1 (10.7 %).
 _base_ = './lookup_vit-1l_softmax_64px.py'
 
 data_root = 'data/long_range/pointer_hops2'

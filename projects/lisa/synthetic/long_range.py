@@ -225,7 +225,7 @@ def pointer_scene(rng: np.random.Generator, size: int = 64, cell: int = 4, hops:
     ``c_0``: accuracy ``1 / (A - 1)`` at ``h = 2`` (11.1 % for A = 10; chance 1 / A = 10 %). A
     partial memory still beats that floor (say a head that attends to the relays pointing at one
     target and carries their names: right whenever the answer is that target): in the pilot a
-    1-layer softmax model reached 17-18 % at 2 hops, a 2-layer one 39 % (hops (1, 2), 10000
+    1-layer softmax model reached 17-18 % at 2 hops, a 2-layer one 36-39 % (hops (1, 2), 10000
     images, 4000 iterations; see configs/long_range/pointer_vit-1l_softmax_64px.py).
     (With ``R < A``: ``1 / R`` to ``1 / (R - 1)``, as ``c_0`` is a centre or not.) Following the
     chain needs ``h - 1`` look-ups in sequence: a 2-layer model (layer 1: the cue fetches the
