@@ -18,6 +18,14 @@ stream keyed by (seed, task, split, i)) and written in the formats mm datasets r
   centre to the cue's, and ``distance=(lo, hi)`` (in cells) bounds where shapes lie.
   A model whose receptive field does not reach from a shape to the cue (and through
   the relays) sees a cell whose colour says nothing about its label: chance is 50 %.
+* **Pointer** (segmentation, :func:`pointer_scene`): a lookup whose hops cannot be
+  short-cut by one attention. A per-image random pointer map over ``symbols`` colours
+  (relays: ring = name, centre = target, names and targets distinct, none points at
+  itself); the cue's centre ``c_0`` starts the chain and the answer is the symbol reached
+  after ``h`` hops (an A-way label) carried by plain black *query* cells. Every symbol
+  is a relay centre once, so the relays seen all at once say nothing: only the binding
+  of the cue's colour to a ring, then of that ring to its centre, gives the answer
+  (see :func:`pointer_scene` for the argument). Same files and side-car as the lookup.
 * **Connectivity** (Pathfinder-style, :func:`pathfinder_scene`). Smooth dashed curves
   that never touch; segmentation: the pixels of the curve holding the marker (a
   disc at one of its ends) are 1, the other curves' pixels 0, the background 255
@@ -28,7 +36,7 @@ stream keyed by (seed, task, split, i)) and written in the formats mm datasets r
   hops. An image's are those of the marker pair (the path between them for connected
   pairs, the Euclidean distance and 0 hops otherwise).
 
-On disk (``write_probe``): segmentation ``img_dir/{train,val}/%06d.png``,
+On disk (``write_probe``): segmentation (lookup, pointer) ``img_dir/{train,val}/%06d.png``,
 ``ann_dir/{train,val}/%06d.png`` (uint8 labels) and ``probe/{train,val}/%06d.npy``
 (uint16 ``(2, H, W)``: distance in px rounded, hops), read by mmseg's
 ``BaseSegDataset`` and :class:`~projects.lisa.synthetic.long_range_metric.LongRangeAccuracy`;
@@ -59,7 +67,20 @@ IGNORE = 255
 LOOKUP_CLASSES = ('red', 'green')
 PATHFINDER_SEG_CLASSES = ('distractor', 'connected')
 PATHFINDER_CLS_CLASSES = ('connected', 'disconnected')  # label order = sorted folder names
-TASKS = ('lookup', 'pathfinder_seg', 'pathfinder_cls')
+TASKS = ('lookup', 'pathfinder_seg', 'pathfinder_cls', 'pointer')
+SYMBOLS = np.array([(228, 228, 128), (228, 28, 128), (28, 228, 128), (28, 28, 128), (228, 128, 228),
+                    (228, 128, 28), (28, 128, 228), (28, 128, 28), (128, 228, 228), (128, 228, 28),
+                    (128, 28, 228), (128, 28, 28)], dtype=float)
+"""The pointer probe's symbols: grey (128) plus 100 on two channels with signs -- the 12 vertices of a
+cuboctahedron around the background grey, so every two are >= 60 degrees (141 RGB units) apart and all
+lie as far from the grey; :func:`pointer_scene` uses the first ``symbols`` of them."""
+POINTER_CLASSES = ('cream', 'rose', 'spring', 'navy', 'orchid', 'orange', 'azure', 'forest', 'aqua', 'lime',
+                   'violet', 'maroon')
+QUERY_FILL = (20, 20, 20)
+"""The pointer probe's query cells: solid near-black (no symbol, no ring)."""
+HOP_MARKS = ((20, 20, 20), (255, 255, 255), (128, 128, 128))
+"""In a pointer image with several hop counts, the 2x2 centre of a query cell shows its own: solid
+near-black for 1 hop, a white centre for 2, a grey one for 3."""
 
 
 def rng_for(seed: int, task: str, split: str, index: int) -> np.random.Generator:
@@ -146,6 +167,162 @@ def lookup_scene(rng: np.random.Generator, size: int = 96, cell: int = 4, hops: 
         y, x = divmod(int(c), grid)
         probe[0, ys, xs] = round(cell * math.hypot(y - cy, x - cx))
         probe[1, ys, xs] = h
+    image += rng.normal(0, noise, image.shape)
+    return np.clip(image.round(), 0, 255).astype(np.uint8), label, probe, h
+
+
+def _pointer_map(rng: np.random.Generator, names: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """``targets`` in an order in which no name meets itself: a uniform fixed-point-free matching
+    (rejection sampling: a random order has none with probability >= ~1/e, so ~e draws)."""
+    for _ in range(1000):
+        order = rng.permutation(targets)
+        if not (order == names).any():
+            return order
+    raise RuntimeError(f'no fixed-point-free map from {names.tolist()} to {targets.tolist()}')
+
+
+def pointer_scene(rng: np.random.Generator, size: int = 64, cell: int = 4, hops: int | Sequence[int] = 2,
+                  symbols: int = 10, relays: int | None = None, queries: int = 16,
+                  distance: Sequence[float] = (0, math.inf), noise: float = 8.0
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """One pointer image ``(H, W, 3)`` uint8, labels ``(H, W)`` uint8 (the answer symbol on the query
+    cells, 255 elsewhere), probe ``(2, H, W)`` uint16 (distance px to the cue, hops) and its (largest)
+    hop count.
+
+    **Scene.** ``cell``-pixel cells on the lookup's grey noisy background. An alphabet of
+    ``A = symbols`` colours (:data:`SYMBOLS`). ``R = relays`` relay cells (ring = name, 2x2 centre =
+    target) draw a per-image random pointer map ``f``: the names are ``R`` distinct symbols, the
+    targets ``R`` distinct symbols, and no relay points at itself. The cue (white ring) has the
+    centre ``c_0``; the chain ``c_0 -> c_1 = f(c_0) -> ... -> c_{h-1}`` runs through ``h``
+    distinct symbols (so for h >= 2 the answer is never ``c_0``), and the answer ``c_{h-1}``, the
+    symbol reached after ``h`` hops, is the label (0 .. A-1) of every pixel of the ``queries``
+    solid near-black query cells (:data:`QUERY_FILL`). ``h = 1``: the cue's centre is the answer
+    (the control any global attention must pass); ``h = 2``: one relay, the one named ``c_0``;
+    ``h = 3``: two. The rest of ``f`` (the distractors) is drawn at random under those
+    constraints. With ``R = A`` (the default) every symbol names a relay, so the chain never
+    ends and ``h`` is not visible in the image: a data set has one hop count (``hops = h`` or
+    ``(h, h)``), unless the queries show it: with a range ``hops = (lo, hi)`` (``hi <= 3``) each query
+    cell asks its own hop count (the range's values dealt evenly over the queries, in random order),
+    drawn as the centre of the query cell (:data:`HOP_MARKS`), and is labelled with ``c_{k-1}`` for
+    its ``k`` (the chain runs through ``hi`` distinct symbols). Mixing 1 and 2 hops gives each image
+    a 1-hop signal (read the cue) besides the 2-hop one. A query's *distance* is the Euclidean
+    distance (px) from its cell centre to the cue's, bounded by ``distance = (lo, hi)`` cells, as in
+    :func:`lookup_scene`.
+
+    **Why one attention layer cannot (fully) short-cut it** (unlike the lookup, whose answer is one bit).
+    A query cell's content is the same in every image, so in one layer the relative weights of
+    its attention over the relays cannot depend on ``c_0`` (only the shared normaliser can): its
+    output is ``g(cue) + z sum_r w(name_r, target_r) v(name_r, target_r)`` (plus the background),
+    and the MLP and 1x1 head must read ``f(c_0)`` from it. With one bit per name
+    (the lookup) the weights select the relays that point at red, the values carry their
+    names, and the head reads the cue colour's bit. Here it would need, for every one of the
+    ``R`` names, which of ``A - 1`` targets it has (an ``A x A`` associative memory in one
+    summed vector: ``log2`` of the ``!A ~ A!/e`` derangements, 20.3 bits for A = R = 10), written
+    as soft attention weights and read by one MLP (width 64, hidden 128). Seeing the relays as a
+    bag does not help either: the targets are ``R`` distinct symbols, so with ``R = A`` every
+    symbol is a centre exactly once and the bag of relays is the same in every image. A model
+    that knows ``c_0`` and the bag but not the binding guesses among the centres other than
+    ``c_0``: accuracy ``1 / (A - 1)`` at ``h = 2`` (11.1 % for A = 10; chance 1 / A = 10 %). A
+    partial memory still beats that floor (say a head that attends to the relays pointing at one
+    target and carries their names: right whenever the answer is that target): in the pilot a
+    1-layer softmax model reached 17-18 % at 2 hops, a 2-layer one 36-39 % (hops (1, 2), 10000
+    images, 4000 iterations; see configs/long_range/pointer_vit-1l_softmax_64px.py).
+    (With ``R < A``: ``1 / R`` to ``1 / (R - 1)``, as ``c_0`` is a centre or not.) Following the
+    chain needs ``h - 1`` look-ups in sequence: a 2-layer model (layer 1: the cue fetches the
+    centre of the relay named ``c_0``; layer 2: the query reads the cue) or one step of the walk
+    per hop, ``S^h V`` at the query (query -> cue -> relay), i.e. LiSA with ``T = h + 1``.
+
+    Args:
+        size: image side (px), a multiple of ``cell``, >= 8 cells.
+        cell: cell side (px), >= 4 (a ring around a 2x2 centre fits).
+        hops: the hop count ``h`` (or ``(h, h)``), 1 <= h <= min(A, R + 1); or a range ``(lo, hi)``,
+            hi <= 3, whose values the queries share out and show.
+        symbols: the alphabet size ``A``, 3 .. 12 (the labels are 0 .. A - 1).
+        relays: relays per image ``R``, ``h - 1 <= R <= A``, >= 2 (None: ``A``).
+        queries: query cells per image (>= 1).
+        distance: range (in cells) of a query's distance to the cue.
+        noise: standard deviation of the pixel noise.
+    """
+    if cell < 4 or size % cell or size < 8 * cell:
+        raise ValueError(f'size={size}, cell={cell}: need cell >= 4 and size a multiple of cell, >= 8 cells')
+    lo_h, hi_h = (int(v) for v in _check_range('hops', (hops, hops) if np.isscalar(hops) else hops, 1))
+    if lo_h != hi_h and hi_h > len(HOP_MARKS):
+        raise ValueError(f'hops={tuple(hops)}: a query cell shows at most {len(HOP_MARKS)} hop counts '
+                         f'(the chain goes on through every named symbol, so the image must say where to '
+                         f'stop); use (h, h) or hi <= {len(HOP_MARKS)}')
+    h = hi_h
+    if lo_h != hi_h and queries < hi_h - lo_h + 1:
+        raise ValueError(f'queries={queries}: fewer than the {hi_h - lo_h + 1} hop counts of hops={tuple(hops)}')
+    if not 3 <= symbols <= len(SYMBOLS):
+        raise ValueError(f'symbols={symbols} must be in [3, {len(SYMBOLS)}]')
+    relays = symbols if relays is None else relays
+    if not 2 <= relays <= symbols:
+        raise ValueError(f'relays={relays} must be in [2, symbols={symbols}]')
+    if h > min(symbols, relays + 1):
+        raise ValueError(f'hops={h} needs {h} distinct symbols and {h - 1} relays; symbols={symbols}, '
+                         f'relays={relays}')
+    if queries < 1:
+        raise ValueError(f'queries={queries} must be >= 1')
+    d_lo, d_hi = _check_range('distance', distance, 0)
+    grid = size // cell
+    if 1 + relays + queries > grid * grid:
+        raise ValueError(f'queries={queries}, relays={relays}: {1 + relays + queries} cells do not fit '
+                         f'{grid}x{grid}')
+    # The chain c_0 .. c_{h-1} (distinct); relays named c_0 .. c_{h-2} point along it. The other
+    # R - (h - 1) names come from the symbols off the chain's names (c_{h-1} included), their targets
+    # from those off its targets (c_0 included), matched without fixed points.
+    chain = rng.permutation(symbols)[:h]
+    off_names = np.setdiff1d(np.arange(symbols), chain[:-1])
+    off_targets = np.setdiff1d(np.arange(symbols), chain[1:])
+    spare = relays - (h - 1)
+    for _ in range(1000):
+        names = rng.permutation(off_names)[:spare]
+        targets = rng.permutation(off_targets)[:spare]
+        if spare == 0 or (np.sort(names) != np.sort(targets)).any() or spare > 1:
+            break  # a fixed-point-free matching exists unless both are the same single symbol
+    names = np.concatenate([chain[:-1], names])
+    targets = np.concatenate([chain[1:], _pointer_map(rng, names[h - 1:], targets)])
+
+    cells = rng.permutation(grid * grid)
+    cue, relay_cells, rest = cells[0], cells[1:1 + relays], cells[1 + relays:]
+    cy, cx = divmod(int(cue), grid)
+    ry, rx = np.divmod(rest, grid)
+    dist_cells = np.hypot(ry - cy, rx - cx)
+    free = rest[(dist_cells >= d_lo) & (dist_cells <= d_hi)]
+    if len(free) < queries:
+        raise ValueError(f'distance={tuple(distance)}: only {len(free)} free cells lie in range, '
+                         f'{queries} queries needed')
+
+    image = np.full((size, size, 3), 128.0) + rng.normal(0, 12, (1, 1, 3))
+    label = np.full((size, size), IGNORE, np.uint8)
+    probe = np.zeros((2, size, size), np.uint16)
+    inner = slice(cell // 2 - 1, cell // 2 + 1)
+
+    def box(c: int) -> tuple[slice, slice]:
+        y, x = divmod(int(c), grid)
+        return slice(y * cell, (y + 1) * cell), slice(x * cell, (x + 1) * cell)
+
+    def ringed(c: int, ring: Sequence[float], centre: Sequence[float]) -> None:
+        patch = np.empty((cell, cell, 3))
+        patch[:] = ring
+        patch[inner, inner] = centre
+        image[box(c)] = patch
+
+    ringed(cue, CUE_RING, SYMBOLS[chain[0]])
+    for c, n, t in zip(relay_cells, names, targets):
+        ringed(c, SYMBOLS[n], SYMBOLS[t])
+    # each query's hop count: all h (one hop count), or the range dealt evenly in random order
+    asks = [h] * queries if lo_h == hi_h else rng.permutation(np.resize(np.arange(lo_h, hi_h + 1), queries))
+    for c, k in zip(free[:queries], asks):
+        ys, xs = box(c)
+        if lo_h == hi_h:
+            image[ys, xs] = QUERY_FILL
+        else:
+            ringed(c, QUERY_FILL, HOP_MARKS[k - 1])
+        label[ys, xs] = chain[k - 1]
+        y, x = divmod(int(c), grid)
+        probe[0, ys, xs] = round(cell * math.hypot(y - cy, x - cx))
+        probe[1, ys, xs] = k
     image += rng.normal(0, noise, image.shape)
     return np.clip(image.round(), 0, 255).astype(np.uint8), label, probe, h
 
@@ -253,7 +430,8 @@ def pathfinder_scene(rng: np.random.Generator, size: int = 64, length: int | Non
 
 def write_probe(task: str, out: str | Path, num_train: int, num_val: int, seed: int = 0, **params) -> Path:
     """Write ``num_train`` + ``num_val`` images of ``task`` (one of :data:`TASKS`) under ``out``
-    with the scene parameters ``params`` (of :func:`lookup_scene` or :func:`pathfinder_scene`);
+    with the scene parameters ``params`` (of :func:`lookup_scene`, :func:`pointer_scene` or
+    :func:`pathfinder_scene`);
     rewrites the folder if the parameters differ from those in its ``probe.json``."""
     if task not in TASKS:
         raise ValueError(f'task={task!r} is not one of {TASKS}')
@@ -275,6 +453,8 @@ def write_probe(task: str, out: str | Path, num_train: int, num_val: int, seed: 
             name = f'{i:06d}'
             if task == 'lookup':
                 image, label, probe, _ = lookup_scene(rng, **params)
+            elif task == 'pointer':
+                image, label, probe, _ = pointer_scene(rng, **params)
             else:
                 image, label, probe, record = pathfinder_scene(rng, **params)
             if task == 'pathfinder_cls':
