@@ -115,7 +115,7 @@ def test_resume_refuses_when_no_checkpoint_is_intact(tmp_path):
     (work / 'iter_2.pth').write_bytes(b'PK\x03\x04 truncated')
     proc = train(config, '--resume')
     assert proc.returncode != 0
-    assert 'none of the 1 checkpoints' in proc.stderr and 'unreadable' in proc.stderr
+    assert 'can be resumed from (1 found, see above)' in proc.stderr and 'unreadable' in proc.stderr
 
 
 TRAINABLE = sorted(p for p in (ROOT / 'configs').rglob('*.py') if '_base_' not in p.parts)
