@@ -210,9 +210,9 @@ def test_budgets_and_depths_are_compared_within_a_variant():
     longer = rows('softmax', {0: (99, 99), 1: (100, 100), 2: (98, 98)}, iters=4000)
     deep = rows('softmax', {0: (90, 90), 1: (91, 91), 2: (92, 92)}, layers=2)
     found = {(c.first, c.second): c.difference for c in report.comparisons(short + longer + deep)}
-    two, one = report.Variant('softmax', 2, 2000), report.Variant('softmax', 1, 2000)
+    two, one = report.Variant('softmax', 2, 2000, 2e-3), report.Variant('softmax', 1, 2000, 2e-3)
     assert found[(two, one)].mean == pytest.approx(10.0)
-    assert found[(report.Variant('softmax', 1, 4000), one)].mean == pytest.approx(18.0)
+    assert found[(report.Variant('softmax', 1, 4000, 2e-3), one)].mean == pytest.approx(18.0)
     assert two.label() == 'softmax, 2 layers'
 
 
@@ -224,6 +224,18 @@ def test_learning_rate_choice_takes_the_best_mean_and_the_smallest_of_equals():
     assert best == 1e-3 and means[4e-3].mean == 82.5
     text = '\n'.join(report.task_section('lookup-hops2', select + rows('lisa', {0: (90, 90)}, lr=1e-3), 50.0))
     assert '| LiSA T=3 | 0.001: 85.0, 0.002: 85.0, 0.004: 82.5 | 0.001 |' in text
+
+
+def test_only_the_chosen_lr_is_reported_and_runs_at_two_lrs_are_never_summed():
+    select = (rows('softmax', {900: (80, 80), 901: (80, 80)}, phase='select', lr=2e-3)
+              + rows('softmax', {900: (90, 90), 901: (90, 90)}, phase='select', lr=4e-3))
+    runs = rows('softmax', {0: (70, 70), 1: (72, 72)}, lr=2e-3) + rows('softmax', {0: (96, 96), 1: (98, 98)}, lr=4e-3)
+    assert {(r['lr'], r['run']) for r in report.reported(select + runs)} == {(4e-3, 0), (4e-3, 1)}
+    text = '\n'.join(report.task_section('lookup-hops2', select + runs, 50.0))
+    assert '| softmax | 1.0 k | 0.004 | 2000 | 2 | 97.0 [84.3, 109.7] |' in text and '| 0.002 |' not in text
+    # without a choice, each lr is its own row (a run's two lrs are not added up)
+    groups = report.variants(report.reported(runs))
+    assert [report.per_run(rs) for rs in groups.values()] == [{0: 70.0, 1: 72.0}, {0: 96.0, 1: 98.0}]
 
 
 def test_window_control_compares_the_nearest_bin_with_the_window_border_ceiling():

@@ -47,22 +47,23 @@ Keep = Callable[[dict], bool]
 
 @dataclass(frozen=True, order=True)
 class Variant:
-    """What a reported row is a run of: the attention, the model's depth and the training budget."""
+    """What a reported row is a run of: the attention, the model's depth, the training budget and the lr."""
 
     attention: str
     layers: int
     iters: int
+    lr: float
 
     @classmethod
     def of(cls, row: dict) -> Variant:
-        return cls(row['attention'], row['layers'], row['iters'])
+        return cls(row['attention'], row['layers'], row['iters'], row['lr'])
 
     def label(self) -> str:
         return LABELS.get(self.attention, self.attention) + (f', {self.layers} layers' if self.layers > 1 else '')
 
     def sort_key(self) -> tuple:
         return (self.iters, self.layers, ORDER.index(self.attention) if self.attention in ORDER else len(ORDER),
-                self.attention)
+                self.attention, self.lr)
 
 
 def everything(row: dict) -> bool:
@@ -102,6 +103,18 @@ def chosen_lr(select_rows: Sequence[dict]) -> tuple[float, dict[float, Interval]
     return best, means
 
 
+def reported(rows: Sequence[dict]) -> list[dict]:
+    """The test rows, of the chosen lr wherever the development runs chose one (:func:`chosen_lr` per
+    task, attention and depth); a run at another lr is not a reported run."""
+    selection: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r['phase'] == 'select':
+            selection.setdefault((r['task'], r['attention'], r['layers']), []).append(r)
+    chosen = {group: chosen_lr(rs)[0] for group, rs in selection.items()}
+    return [r for r in rows if r['phase'] == 'test'
+            and chosen.get((r['task'], r['attention'], r['layers']), r['lr']) == r['lr']]
+
+
 @dataclass(frozen=True)
 class Comparison:
     first: Variant
@@ -120,16 +133,18 @@ class Comparison:
 def comparisons(rows: Sequence[dict], keep: Keep = everything) -> list[Comparison]:
     """The :data:`PAIRS` present in ``rows`` (test phase) at each budget, then each variant's budgets
     against each other (does a longer budget change its accuracy?)."""
-    groups = variants(r for r in rows if r['phase'] == 'test')
+    groups = variants(reported(rows))
     accuracy = {v: per_run(rs, keep) for v, rs in groups.items()}
     out = []
     for iters in sorted({v.iters for v in groups}):
         for (a, la), (b, lb) in PAIRS:
-            first, second = Variant(a, la, iters), Variant(b, lb, iters)
-            if first in accuracy and second in accuracy and set(accuracy[first]) & set(accuracy[second]):
-                out.append(Comparison(first, second, paired_difference(accuracy[first], accuracy[second])))
+            for first in (v for v in groups if (v.attention, v.layers, v.iters) == (a, la, iters)):
+                for second in (v for v in groups if (v.attention, v.layers, v.iters) == (b, lb, iters)):
+                    if set(accuracy[first]) & set(accuracy[second]):
+                        out.append(Comparison(first, second, paired_difference(accuracy[first], accuracy[second])))
     for v in groups:
-        longer = [w for w in groups if (w.attention, w.layers) == (v.attention, v.layers) and w.iters > v.iters]
+        longer = [w for w in groups
+                  if (w.attention, w.layers, w.lr) == (v.attention, v.layers, v.lr) and w.iters > v.iters]
         for w in longer:
             if set(accuracy[v]) & set(accuracy[w]):
                 out.append(Comparison(w, v, paired_difference(accuracy[w], accuracy[v])))
@@ -154,7 +169,7 @@ def controls(rows: Sequence[dict], chance: float, ceiling: float) -> list[str]:
     """The one-hop controls: softmax >= 90 % on the far bin; each local attention near chance there
     (<= chance + 10) and, on the nearest bin, within 5 points of softmax (LiSA local-only: its 3x3
     neighbourhood holds the cue's) or of its ceiling (window: :func:`window_ceiling`)."""
-    test = [r for r in rows if r['phase'] == 'test' and r['hops'] == 1 and r['layers'] == 1]
+    test = [r for r in reported(rows) if r['hops'] == 1 and r['layers'] == 1]
     if not test:
         return []
     near_bin = min((r['lo'], r['hi']) for r in test)
@@ -191,7 +206,7 @@ def _budget(rows: Sequence[dict]) -> str:
 def task_section(task: str, rows: Sequence[dict], chance: float, ceiling: float | None = None) -> list[str]:
     """One task's tables: accuracy per variant (mean, 95 % interval, solved share, far bin), the
     learning-rate choice, the paired comparisons, and the controls where the task has one-hop rows."""
-    test = [r for r in rows if r['phase'] == 'test']
+    test = reported(rows)
     groups = variants(test)
     has_far = any(far(r) for r in test) and any(not far(r) for r in test)
     out = [f'## {task}', '', f'Chance {chance:.1f} %. Test runs: mean and 95 % interval over the runs '
@@ -213,7 +228,10 @@ def task_section(task: str, rows: Sequence[dict], chance: float, ceiling: float 
         out += ['', 'Learning rate, chosen on development draws (their held-out images; runs '
                 f"{', '.join(map(str, sorted({r['run'] for r in selection})))}), mean accuracy % per candidate:", '',
                 '| attention | candidates | chosen |', '|---|---|---|']
-        for v, rs in variants(selection).items():
+        groups: dict[Variant, list[dict]] = {}
+        for v, rs in variants(selection).items():  # one row per attention and depth, over its lrs
+            groups.setdefault(Variant(v.attention, v.layers, v.iters, 0.0), []).extend(rs)
+        for v, rs in groups.items():
             best, means = chosen_lr(rs)
             out.append(f"| {v.label()} | {', '.join(f'{lr:g}: {m.mean:.1f}' for lr, m in sorted(means.items()))} | "
                        f'{best:g} |')
@@ -239,7 +257,7 @@ def findings(tasks: dict[str, Sequence[dict]]) -> list[str]:
     the document (and the README) make."""
     differ, none = [], []
     for task, rows in tasks.items():
-        for c in comparisons([r for r in rows if r['phase'] == 'test']):
+        for c in comparisons(rows):
             (differ if c.difference.excludes_zero else none).append(f'{task}: {c.sentence()}')
     return ([f'- {line}' for line in differ] or ['- No comparison separates two attentions.']) + (
         [f'- No difference found in {len(none)} other comparison(s): ' + '; '.join(none) + '.'] if none else [])
@@ -253,7 +271,7 @@ def plot(tasks: dict[str, Sequence[dict]], path: Path) -> None:
     names = [t for t, rows in tasks.items() if any(r['phase'] == 'test' for r in rows)]
     fig, axes = plt.subplots(1, max(len(names), 1), figsize=(4.6 * max(len(names), 1), 4.2), squeeze=False)
     for ax, task in zip(axes[0], names):
-        groups = variants(r for r in tasks[task] if r['phase'] == 'test')
+        groups = variants(reported(tasks[task]))
         for x, rs in enumerate(groups.values()):
             acc = list(per_run(rs).values())
             ci = mean_interval(acc)
