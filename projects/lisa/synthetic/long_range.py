@@ -94,6 +94,53 @@ def _check_range(name: str, value: Sequence[float], low: float) -> tuple[float, 
     return float(value[0]), float(value[1])
 
 
+class _CellScene:
+    """The canvas of the cell probes (lookup, pointer): a ``size``-px noisy grey image of ``cell``-px
+    cells, a cue cell, ``relays`` relay cells and the other cells within ``distance`` (in cells) of the
+    cue, in one random order (:attr:`free`), with the labels and the probe side-car to fill."""
+
+    def __init__(self, rng: np.random.Generator, size: int, cell: int, relays: int, needed: int,
+                 distance: Sequence[float], what: str) -> None:
+        self.cell, self.grid = cell, size // cell
+        cells = rng.permutation(self.grid * self.grid)
+        self.cue, self.relays, rest = cells[0], cells[1:1 + relays], cells[1 + relays:]
+        self.cy, self.cx = divmod(int(self.cue), self.grid)
+        ry, rx = np.divmod(rest, self.grid)
+        dist_cells = np.hypot(ry - self.cy, rx - self.cx)
+        self.free = rest[(dist_cells >= float(distance[0])) & (dist_cells <= float(distance[1]))]
+        if len(self.free) < needed:
+            raise ValueError(f'distance={tuple(distance)}: only {len(self.free)} free cells lie in range, '
+                             f'{needed} {what} needed')
+        self.image = np.full((size, size, 3), 128.0) + rng.normal(0, 12, (1, 1, 3))
+        self.label = np.full((size, size), IGNORE, np.uint8)
+        self.probe = np.zeros((2, size, size), np.uint16)
+
+    def box(self, c: int) -> tuple[slice, slice]:
+        y, x = divmod(int(c), self.grid)
+        return slice(y * self.cell, (y + 1) * self.cell), slice(x * self.cell, (x + 1) * self.cell)
+
+    def ringed(self, c: int, ring: Sequence[float], centre: Sequence[float]) -> None:
+        """Cell ``c`` in colour ``ring`` around a 2x2 ``centre``."""
+        inner = slice(self.cell // 2 - 1, self.cell // 2 + 1)
+        patch = np.empty((self.cell, self.cell, 3))
+        patch[:] = ring
+        patch[inner, inner] = centre
+        self.image[self.box(c)] = patch
+
+    def labelled(self, c: int, label: int, hops: int) -> None:
+        """Cell ``c`` labelled ``label``, its side-car its distance to the cue (px) and ``hops``."""
+        ys, xs = self.box(c)
+        self.label[ys, xs] = label
+        y, x = divmod(int(c), self.grid)
+        self.probe[0, ys, xs] = round(self.cell * math.hypot(y - self.cy, x - self.cx))
+        self.probe[1, ys, xs] = hops
+
+    def finish(self, rng: np.random.Generator, noise: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The image with pixel noise of std ``noise``, as uint8, the labels and the side-car."""
+        self.image += rng.normal(0, noise, self.image.shape)
+        return np.clip(self.image.round(), 0, 255).astype(np.uint8), self.label, self.probe
+
+
 def lookup_scene(rng: np.random.Generator, size: int = 96, cell: int = 4, hops: Sequence[int] = (1, 1),
                  relays: int = 3, shapes: int = 16, distance: Sequence[float] = (0, math.inf),
                  noise: float = 8.0) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -118,8 +165,7 @@ def lookup_scene(rng: np.random.Generator, size: int = 96, cell: int = 4, hops: 
         raise ValueError(f'hops={tuple(hops)}: {hi_h} hops need >= {hi_h - 1} relays, got relays={relays}')
     if shapes < 2 or shapes % 2:
         raise ValueError(f'shapes={shapes} must be an even number >= 2')
-    d_lo, d_hi = _check_range('distance', distance, 0)
-    grid = size // cell
+    _check_range('distance', distance, 0)
     h = int(rng.integers(lo_h, hi_h + 1))
     # Chain c_0 .. c_{h-1}: distinct pointer colours, then a shape colour; relays named c_0 .. c_{h-2}
     # point along it, the distractors are named by the other pointer colours.
@@ -130,45 +176,15 @@ def lookup_scene(rng: np.random.Generator, size: int = 96, cell: int = 4, hops: 
     points = [*chain[1:], *(int(rng.choice([c for c in range(len(PALETTE)) if c != n]))
                             for n in spare[:relays - (h - 1)])]
 
-    cells = rng.permutation(grid * grid)
-    cue, relay_cells, rest = cells[0], cells[1:1 + relays], cells[1 + relays:]
-    cy, cx = divmod(int(cue), grid)
-    ry, rx = np.divmod(rest, grid)
-    dist_cells = np.hypot(ry - cy, rx - cx)
-    free = rest[(dist_cells >= d_lo) & (dist_cells <= d_hi)]
-    if len(free) < shapes:
-        raise ValueError(f'distance={tuple(distance)}: only {len(free)} free cells lie in range, '
-                         f'{shapes} shapes needed')
-    shape_cells = free[:shapes]
+    scene = _CellScene(rng, size, cell, relays, shapes, distance, 'shapes')
     colours = np.concatenate([np.full(shapes // 2, answer), np.full(shapes - shapes // 2, 1 - answer)])
-
-    image = np.full((size, size, 3), 128.0) + rng.normal(0, 12, (1, 1, 3))
-    label = np.full((size, size), IGNORE, np.uint8)
-    probe = np.zeros((2, size, size), np.uint16)
-    inner = slice(cell // 2 - 1, cell // 2 + 1)
-
-    def box(c: int) -> tuple[slice, slice]:
-        y, x = divmod(int(c), grid)
-        return slice(y * cell, (y + 1) * cell), slice(x * cell, (x + 1) * cell)
-
-    def ringed(c: int, ring: Sequence[float], centre: Sequence[float]) -> None:
-        patch = np.empty((cell, cell, 3))
-        patch[:] = ring
-        patch[inner, inner] = centre
-        image[box(c)] = patch
-
-    ringed(cue, CUE_RING, PALETTE[chain[0]])
-    for c, n, p in zip(relay_cells, named, points):
-        ringed(c, PALETTE[n], PALETTE[p])
-    for c, colour in zip(shape_cells, colours):
-        ys, xs = box(c)
-        image[ys, xs] = PALETTE[colour]
-        label[ys, xs] = answer
-        y, x = divmod(int(c), grid)
-        probe[0, ys, xs] = round(cell * math.hypot(y - cy, x - cx))
-        probe[1, ys, xs] = h
-    image += rng.normal(0, noise, image.shape)
-    return np.clip(image.round(), 0, 255).astype(np.uint8), label, probe, h
+    scene.ringed(scene.cue, CUE_RING, PALETTE[chain[0]])
+    for c, n, p in zip(scene.relays, named, points):
+        scene.ringed(c, PALETTE[n], PALETTE[p])
+    for c, colour in zip(scene.free[:shapes], colours):
+        scene.image[scene.box(c)] = PALETTE[colour]
+        scene.labelled(c, answer, h)
+    return (*scene.finish(rng, noise), h)
 
 
 def _pointer_map(rng: np.random.Generator, names: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -263,7 +279,7 @@ def pointer_scene(rng: np.random.Generator, size: int = 64, cell: int = 4, hops:
                          f'relays={relays}')
     if queries < 1:
         raise ValueError(f'queries={queries} must be >= 1')
-    d_lo, d_hi = _check_range('distance', distance, 0)
+    _check_range('distance', distance, 0)
     grid = size // cell
     if 1 + relays + queries > grid * grid:
         raise ValueError(f'queries={queries}, relays={relays}: {1 + relays + queries} cells do not fit '
@@ -283,48 +299,19 @@ def pointer_scene(rng: np.random.Generator, size: int = 64, cell: int = 4, hops:
     names = np.concatenate([chain[:-1], names])
     targets = np.concatenate([chain[1:], _pointer_map(rng, names[h - 1:], targets)])
 
-    cells = rng.permutation(grid * grid)
-    cue, relay_cells, rest = cells[0], cells[1:1 + relays], cells[1 + relays:]
-    cy, cx = divmod(int(cue), grid)
-    ry, rx = np.divmod(rest, grid)
-    dist_cells = np.hypot(ry - cy, rx - cx)
-    free = rest[(dist_cells >= d_lo) & (dist_cells <= d_hi)]
-    if len(free) < queries:
-        raise ValueError(f'distance={tuple(distance)}: only {len(free)} free cells lie in range, '
-                         f'{queries} queries needed')
-
-    image = np.full((size, size, 3), 128.0) + rng.normal(0, 12, (1, 1, 3))
-    label = np.full((size, size), IGNORE, np.uint8)
-    probe = np.zeros((2, size, size), np.uint16)
-    inner = slice(cell // 2 - 1, cell // 2 + 1)
-
-    def box(c: int) -> tuple[slice, slice]:
-        y, x = divmod(int(c), grid)
-        return slice(y * cell, (y + 1) * cell), slice(x * cell, (x + 1) * cell)
-
-    def ringed(c: int, ring: Sequence[float], centre: Sequence[float]) -> None:
-        patch = np.empty((cell, cell, 3))
-        patch[:] = ring
-        patch[inner, inner] = centre
-        image[box(c)] = patch
-
-    ringed(cue, CUE_RING, SYMBOLS[chain[0]])
-    for c, n, t in zip(relay_cells, names, targets):
-        ringed(c, SYMBOLS[n], SYMBOLS[t])
+    scene = _CellScene(rng, size, cell, relays, queries, distance, 'queries')
+    scene.ringed(scene.cue, CUE_RING, SYMBOLS[chain[0]])
+    for c, n, t in zip(scene.relays, names, targets):
+        scene.ringed(c, SYMBOLS[n], SYMBOLS[t])
     # each query's hop count: all h (one hop count), or the range dealt evenly in random order
     asks = [h] * queries if lo_h == hi_h else rng.permutation(np.resize(np.arange(lo_h, hi_h + 1), queries))
-    for c, k in zip(free[:queries], asks):
-        ys, xs = box(c)
+    for c, k in zip(scene.free[:queries], asks):
         if lo_h == hi_h:
-            image[ys, xs] = QUERY_FILL
+            scene.image[scene.box(c)] = QUERY_FILL
         else:
-            ringed(c, QUERY_FILL, HOP_MARKS[k - 1])
-        label[ys, xs] = chain[k - 1]
-        y, x = divmod(int(c), grid)
-        probe[0, ys, xs] = round(cell * math.hypot(y - cy, x - cx))
-        probe[1, ys, xs] = k
-    image += rng.normal(0, noise, image.shape)
-    return np.clip(image.round(), 0, 255).astype(np.uint8), label, probe, h
+            scene.ringed(c, QUERY_FILL, HOP_MARKS[k - 1])
+        scene.labelled(c, chain[k - 1], k)
+    return (*scene.finish(rng, noise), h)
 
 
 def _curve(rng: np.random.Generator, size: int, length: int, turn: float) -> np.ndarray:
