@@ -368,18 +368,20 @@ def test_plan_runs_run_by_run_so_a_stopped_sweep_leaves_whole_paired_sets():
 
 def test_run_configs_are_written_safely_from_parallel_runs(tmp_path):
     """Config.fromfile of an 'mmseg::' base is not thread-safe (pkg_resources): started at once,
-    threads failed with a TypeError before the tool took a lock around it."""
+    threads failed with a TypeError before the tool took a lock around it (writing the run's config,
+    and reading it back to count the parameters)."""
     import threading
 
     from mmengine.config import Config
-    errors, start = [], threading.Barrier(12)
+    errors, counts, start = [], [], threading.Barrier(12)
 
     def write(i: int, attention: str) -> None:
         start.wait()  # all at once
         try:
             folder = tmp_path / str(i)
             folder.mkdir()
-            tool.write_config(dict(task='lookup-hops2', attention=attention, layers=1, lr=2e-3), folder)
+            config = tool.write_config(dict(task='lookup-hops2', attention=attention, layers=1, lr=2e-3), folder)
+            counts.append(tool.parameter_count(config))
         except Exception as error:  # noqa: BLE001 - collected and asserted below
             errors.append(error)
 
@@ -388,7 +390,7 @@ def test_run_configs_are_written_safely_from_parallel_runs(tmp_path):
         thread.start()
     for thread in threads:
         thread.join()
-    assert errors == []
+    assert errors == [] and len(counts) == 12 and min(counts) > 0
     assert Config.fromfile(tmp_path / '2' / 'config.py').model.backbone.attn_cfgs.type == 'flatten'
 
 

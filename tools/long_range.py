@@ -67,9 +67,10 @@ def data_for(task: str, run: int, data_root: Path, num_train: int, num_val: int)
 def parameter_count(config: Path) -> int:
     """Trainable parameters of the config's model (built on the CPU in the config's default scope)."""
     from mmengine.registry import MODELS, DefaultScope
-    cfg = Config.fromfile(config)
-    with LOCK, DefaultScope.overwrite_default_scope(cfg.default_scope):
-        return sum(p.numel() for p in MODELS.build(cfg.model).parameters() if p.requires_grad)
+    with LOCK:  # Config.fromfile as in write_config; the default scope is global
+        cfg = Config.fromfile(config)
+        with DefaultScope.overwrite_default_scope(cfg.default_scope):
+            return sum(p.numel() for p in MODELS.build(cfg.model).parameters() if p.requires_grad)
 
 
 def write_config(item: dict, run_dir: Path) -> Path:
