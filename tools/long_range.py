@@ -125,11 +125,11 @@ def execute(items: list[dict], rows: list[dict], rows_path: Path, args: argparse
     """Run the items not yet in ``rows``, ``--jobs`` at a time; append each run's rows as it ends."""
     done = {key(r) for r in rows}
     todo = [i for i in items if key(i) not in done]
-    for i in todo:  # the draws, written once before the runs that read them start
-        i['data'] = data_for(i['task'], i['run'], args.data_root, setting['num_train'], setting['num_val'])
+    draws = {(i['task'], i['run']): data_for(i['task'], i['run'], args.data_root, setting['num_train'],
+                                             setting['num_val']) for i in todo}  # written before the runs start
 
     def one(item: dict) -> None:
-        new = run_one({k: v for k, v in item.items() if k != 'data'}, item['data'], args.work_dir, args.threads)
+        new = run_one(item, draws[item['task'], item['run']], args.work_dir, args.threads)
         with LOCK, rows_path.open('a') as f:
             f.writelines(json.dumps(r) + '\n' for r in new)
             rows.extend(new)
@@ -250,12 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     selection = plan(args, setting, 'select') if len(args.lrs or setting['lrs']) > 1 else []
     execute(selection, rows, rows_path, args, setting)
-    chosen = {}
-    for item in selection:
-        group = (item['task'], item['attention'], item['layers'])
-        if group not in chosen:
-            chosen[group] = report.chosen_lr([r for r in rows if r['phase'] == 'select' and r['iters'] == item['iters']
-                                              and (r['task'], r['attention'], r['layers']) == group])[0]
+    chosen = report.chosen_lrs(rows) if selection else {}  # one --lrs value: that lr
     execute(plan(args, setting, 'test', chosen), rows, rows_path, args, setting)
     minutes = (time.perf_counter() - start) / 60
     note = ' '.join(filter(None, [args.note, f'This call: {minutes:.0f} min wall, {args.jobs} run(s) at a time, '

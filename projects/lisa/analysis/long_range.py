@@ -103,14 +103,19 @@ def chosen_lr(select_rows: Sequence[dict]) -> tuple[float, dict[float, Interval]
     return best, means
 
 
-def reported(rows: Sequence[dict]) -> list[dict]:
-    """The test rows, of the chosen lr wherever the development runs chose one (:func:`chosen_lr` per
-    task, attention and depth); a run at another lr is not a reported run."""
+def chosen_lrs(rows: Iterable[dict]) -> dict[tuple[str, str, int], float]:
+    """``{(task, attention, layers): lr}`` that :func:`chosen_lr` takes from each group's development runs."""
     selection: dict[tuple, list[dict]] = {}
     for r in rows:
         if r['phase'] == 'select':
             selection.setdefault((r['task'], r['attention'], r['layers']), []).append(r)
-    chosen = {group: chosen_lr(rs)[0] for group, rs in selection.items()}
+    return {group: chosen_lr(rs)[0] for group, rs in selection.items()}
+
+
+def reported(rows: Sequence[dict]) -> list[dict]:
+    """The test rows, of the chosen lr wherever the development runs chose one (:func:`chosen_lrs`);
+    a run at another lr is not a reported run."""
+    chosen = chosen_lrs(rows)
     return [r for r in rows if r['phase'] == 'test'
             and chosen.get((r['task'], r['attention'], r['layers']), r['lr']) == r['lr']]
 
