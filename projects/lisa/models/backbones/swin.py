@@ -87,12 +87,8 @@ def _stage_args(stage_cfgs: Mapping | Sequence[Mapping], dims: Sequence[int], de
     (:data:`WINDOW_KEYS`, ``shift``, :data:`WINDOW_MSA_KEYS`), the blocks' (``norm_cfg``, ``ffn_cfg``,
     ``with_cp``, ``drop_path_rates``: this class's ``block_cfgs``) and the patch merging's
     (``downsample_cfgs``). A key without a counterpart raises with the reason (:data:`STAGE_CFG_REASONS`)."""
-    cfgs = [stage_cfgs] * len(dims) if isinstance(stage_cfgs, Mapping) else list(stage_cfgs)
-    if len(cfgs) != len(dims):
-        raise ValueError(f'stage_cfgs has {len(cfgs)} entries; give one dict for all stages or one per stage '
-                         f'({len(dims)})')
     args = []
-    for i, (cfg, dim, depth) in enumerate(zip(cfgs, dims, depths)):
+    for i, (cfg, dim, depth) in enumerate(zip(_each(stage_cfgs, len(dims), 'stage_cfgs', 'stage'), dims, depths)):
         where = f'stage_cfgs[{i}].'
         blocks = cfg.get('block_cfgs', {})
         if not isinstance(blocks, Mapping):  # one dict per block: the blocks of a stage share their settings
@@ -277,11 +273,17 @@ def _set_window_args(attn_cfgs: Mapping | Sequence[Mapping], stage_args: Sequenc
     return cfgs
 
 
-def _per_stage(cfgs: Mapping | Sequence[Mapping], num: int, name: str, unit: str, keys: Sequence[str]) -> list[dict]:
-    """One dict per ``unit`` (``num`` of them) from one dict (all) or a list, each with only ``keys``."""
+def _each(cfgs: Mapping | Sequence[Mapping], num: int, name: str, unit: str) -> list[Mapping]:
+    """One dict per ``unit`` (``num`` of them) from one dict (all) or a list of ``num``."""
     cfgs = [cfgs] * num if isinstance(cfgs, Mapping) else list(cfgs)
     if len(cfgs) != num:
         raise ValueError(f'{name} has {len(cfgs)} entries; give one dict for all {unit}s or one per {unit} ({num})')
+    return cfgs
+
+
+def _per_stage(cfgs: Mapping | Sequence[Mapping], num: int, name: str, unit: str, keys: Sequence[str]) -> list[dict]:
+    """:func:`_each`, each dict with only ``keys``."""
+    cfgs = _each(cfgs, num, name, unit)
     for i, cfg in enumerate(cfgs):
         if unknown := sorted(set(cfg) - set(keys)):
             raise ValueError(f'{name}[{i}] has {", ".join(unknown)}; it may set {", ".join(keys)}')
