@@ -1,6 +1,7 @@
 """The long-range probes: labels against independent decodings, determinism, formats, metric, tool."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import deque
@@ -12,6 +13,7 @@ from PIL import Image
 from scipy import ndimage
 
 from projects.lisa.analysis import long_range as report
+from projects.lisa.analysis import long_range_sweep as sweep
 from projects.lisa.synthetic.long_range import (
     CUE_RING,
     IGNORE,
@@ -168,9 +170,10 @@ def test_metric_bins_by_distance_and_hops():
     label = np.array([[0, 1, 255], [1, 0, 1]])
     pred = np.array([[0, 0, 1], [1, 1, 1]])
     probe = np.array([[[5, 20, 0], [40, 15, 300]], [[1, 1, 1], [2, 2, 2]]])
-    # pixels: (h1, d5, right), (h1, d20, wrong), ignored, (h2, d40, right), (h2, d15, wrong), (h2, d300 out)
+    # pixels (label, hops, distance): (0, h1, d5, right), (1, h1, d20, wrong), ignored, (1, h2, d40, right),
+    # (0, h2, d15, wrong), (1, h2, d300 out)
     got = binned_counts(pred, label, probe, edges=(0, 16, 32, 64))
-    assert got == {(1, 0): (1, 1), (1, 1): (0, 1), (2, 2): (1, 1), (2, 0): (0, 1)}
+    assert got == {(0, 1, 0): (1, 1), (1, 1, 1): (0, 1), (1, 2, 2): (1, 1), (0, 2, 0): (0, 1)}
 
 
 def rows(attention: str, accuracies: dict[int, tuple[int, int]], *, task: str = 'lookup-hops2', layers: int = 1,
@@ -258,7 +261,7 @@ def test_run_config_swaps_the_attention_layers_and_lr_of_the_task_config(tmp_pat
                                   ('pathfinder-cls', 'window', dict(type='window', window_size=7))):
         item = dict(task=task, attention=attention, layers=2, lr=4e-3)
         (tmp_path / task).mkdir()
-        cfg = Config.fromfile(tool.write_config(item, tmp_path / task))
+        cfg = Config.fromfile(sweep.write_config(item, tmp_path / task))
         assert cfg.model.backbone.attn_cfgs.to_dict() == want
         assert cfg.model.backbone.arch.num_layers == 2 and cfg.model.backbone.arch.embed_dims == 64
         assert cfg.optim_wrapper.optimizer.lr == 4e-3
@@ -284,8 +287,8 @@ def test_sweep_chooses_the_lr_then_runs_paired_draws_and_resumes(tmp_path, monke
         return rows(item['attention'], {item['run']: (acc, acc)}, phase=item['phase'], lr=item['lr'],
                     iters=item['iters'])
 
-    monkeypatch.setattr(tool, 'run_one', fake_run)
-    monkeypatch.setitem(tool.SETTINGS, 'quick', {**tool.SETTINGS['quick'], 'num_train': 2, 'num_val': 1})
+    monkeypatch.setattr(sweep, 'run_one', fake_run)
+    monkeypatch.setitem(sweep.SETTINGS, 'quick', dataclasses.replace(sweep.SETTINGS['quick'], max_images=(2, 1)))
     common = ['--setting', 'quick', '--tasks', 'lookup-hops2', '--attentions', 'softmax', 'lisa', '--lrs', '1e-3',
               '4e-3', '--select-runs', '2', '--jobs', '2', '--data-root', str(tmp_path / 'data'), '--work-dir',
               str(tmp_path / 'wd'), '--markdown', str(tmp_path / 'lr.md')]
@@ -307,7 +310,7 @@ def test_sweep_chooses_the_lr_then_runs_paired_draws_and_resumes(tmp_path, monke
     calls.clear()
     tool.main([*common, '--runs', '3'])  # resumes: only run 1002 is new
     assert sorted(c[:4] for c in calls) == [('lisa', 'test', 4e-3, 1002), ('softmax', 'test', 1e-3, 1002)]
-    stored = tool.read_rows([tmp_path / 'wd' / 'rows.jsonl'])
+    stored = sweep.read_rows([tmp_path / 'wd' / 'rows.jsonl'])
     assert len(stored) == 2 * (2 * 2 * 2 + 3 * 2)
     tool.main(['--from-rows', str(tmp_path / 'wd' / 'rows.jsonl'), '--markdown', str(tmp_path / 'again.md')])
     assert (tmp_path / 'again.png').stat().st_size > 0 and '## Findings' in (tmp_path / 'again.md').read_text()
@@ -331,9 +334,9 @@ def test_sweep_arguments_are_checked(argv, message, capsys):
 def test_short_run_through_tools_train(tmp_path, task, attention):
     """Only an end-to-end run catches a config that mmseg / mmpretrain cannot build or feed
     (dataset formats, the registered metric reading the side-cars, the evaluator's output)."""
-    data = tool.data_for(task, 7, tmp_path / 'data', 4, 4)
+    data = sweep.data_for(task, 7, tmp_path / 'data', 4, 4)
     item = dict(task=task, phase='test', attention=attention, layers=2, lr=1e-3, run=7, iters=60)  # > warm-up
-    got = tool.run_one(item, data, tmp_path / 'wd', threads=1)
+    got = sweep.run_one(item, data, tmp_path / 'wd', threads=1)
     assert {(r['task'], r['attention'], r['layers'], r['run'], r['iters']) for r in got} == {
         (task, attention, 2, 7, 60)}
     assert got[0]['params'] > 0 and got[0]['seconds'] > 0
@@ -360,7 +363,7 @@ def test_visualize_walk_queries_the_farthest_shape_of_a_probe_image(tmp_path):
 def test_plan_runs_run_by_run_so_a_stopped_sweep_leaves_whole_paired_sets():
     args = tool.parse_args(['--tasks', 'lookup-hops2', '--attentions', 'lisa', 'softmax', '--layers', '1',
                             '--runs', '3', '--lrs', '2e-3'])
-    items = tool.plan(args, tool.SETTINGS['make'], 'test', {})
+    items = tool.plan(args, 'test', {})
     assert [(i['run'], i['attention']) for i in items] == [
         (r, a) for r in (1000, 1001, 1002) for a in ('lisa', 'softmax')]
     assert {(i['lr'], i['iters'], i['layers']) for i in items} == {(2e-3, 2000, 1)}
@@ -380,8 +383,8 @@ def test_run_configs_are_written_safely_from_parallel_runs(tmp_path):
         try:
             folder = tmp_path / str(i)
             folder.mkdir()
-            config = tool.write_config(dict(task='lookup-hops2', attention=attention, layers=1, lr=2e-3), folder)
-            counts.append(tool.parameter_count(config))
+            config = sweep.write_config(dict(task='lookup-hops2', attention=attention, layers=1, lr=2e-3), folder)
+            counts.append(sweep.parameter_count(config))
         except Exception as error:  # noqa: BLE001 - collected and asserted below
             errors.append(error)
 
@@ -401,9 +404,29 @@ def test_a_failed_run_stops_the_sweep_before_the_runs_not_yet_started(tmp_path, 
         started.append(item['run'])
         raise RuntimeError(f"run {item['run']} failed")
 
-    monkeypatch.setattr(tool, 'run_one', fake_run)
-    monkeypatch.setattr(tool, 'data_for', lambda task, run, *args: tmp_path / str(run))
+    monkeypatch.setattr(sweep, 'run_one', fake_run)
+    monkeypatch.setattr(sweep, 'data_for', lambda task, run, *args: tmp_path / str(run))
     with pytest.raises(RuntimeError, match='failed'):
         tool.main(['--setting', 'quick', '--tasks', 'lookup-hops2', '--attentions', 'lisa', '--runs', '6',
                    '--work-dir', str(tmp_path / 'wd'), '--markdown', str(tmp_path / 'lr.md')])
     assert len(started) == 1
+
+
+def test_metric_reports_a_hop_and_bin_over_its_label_classes_together():
+    from projects.lisa.synthetic.long_range_metric import LongRangeAccuracy
+    metric = LongRangeAccuracy(distance_bins=(0, 16, 64))
+    metric.results = [{(0, 1, 0): (3, 4), (1, 1, 0): (1, 4), (1, 2, 1): (2, 2)}]
+    got = metric.compute_metrics(metric.results)
+    assert got['acc_h1_d0-16'] == 50.0 and got['acc_h1'] == 50.0 and got['acc'] == 60.0
+
+
+def test_scoring_keeps_the_tasks_hops_and_weighs_balanced_tasks_classes_equally():
+    common = dict(phase='test', attention='lisa', layers=1, lr=2e-3, run=0, iters=10, lo=0, hi=8)
+    pathfinder = [dict(common, task='pathfinder-seg', label=0, hops=0, correct=90, total=90),  # all 'distractor'
+                  dict(common, task='pathfinder-seg', label=1, hops=1, correct=0, total=10)]
+    assert report.per_run(pathfinder) == {0: 90.0}  # pixel accuracy: the majority's share
+    assert report.per_run(sweep.scored(pathfinder)) == {0: pytest.approx(50.0)}  # (100 + 0) / 2: chance
+    pointer = [dict(common, task='pointer', hops=h, correct=c, total=10) for h, c in ((1, 10), (2, 3))]
+    assert report.per_run(sweep.scored(pointer)) == {0: 30.0}  # the 2-hop queries only
+    with pytest.raises(ValueError, match="row of run 0 has no 'label'"):
+        sweep.scored([{k: v for k, v in pathfinder[0].items() if k != 'label'}])

@@ -1,0 +1,280 @@
+"""The long-range probe sweep: which runs it trains, on which data and config, and their rows.
+
+Protocol (the report, :mod:`.long_range`, states it). Run ``r`` trains with seed ``r`` on data the
+generator draws with seed ``r`` (:mod:`projects.lisa.synthetic.long_range`), the same draws for every
+attention, so that comparisons are paired by run. Each (task, attention, depth) chooses its learning
+rate among the candidates by the mean accuracy of ``select_runs`` runs on development draws (runs 900,
+901, ...; their held-out images) at the task config's budget; the reported runs use other draws (1000,
+...) and report accuracy on their held-out images, which no choice saw; a longer ``max_iters`` trains
+them longer with the same lr (does the budget change the ranking?). Each run is ``tools/train.py`` on
+the task's config with the attention's ``attn_cfgs`` (from ``configs/long_range/lookup_vit-1l_<attention>
+_64px.py``), the depth and the lr, one process each. Rows are appended as runs end, run by run, and a
+second call skips the runs already stored: a stopped sweep resumes where it was.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mmengine.config import Config
+
+from ..synthetic.long_range import write_probe
+from . import long_range as report
+
+ROOT = Path(__file__).resolve().parents[3]
+ATTENTION_CONFIG = 'configs/long_range/lookup_vit-1l_{}_64px.py'
+DEV_RUN = 900
+LOCK = threading.Lock()
+"""MMEngine's ``Config.fromfile`` resolves ``'mmseg::'`` bases through pkg_resources, which is not
+thread-safe: every read of a config in the sweep's threads holds this lock."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """A probe task: its generator and parameters, its config, chance (%), images per draw, the hop
+    counts that score a run (None: all; the pointer probe mixes 1-hop queries in to be trainable and is
+    scored on its 2-hop ones), and whether its classes weigh equally (Pathfinder segmentation: the
+    distractor curves hold most pixels, so a model that answers 'distractor' everywhere would score
+    their share, not chance)."""
+
+    generator: str
+    params: dict
+    config: str
+    chance: float
+    num_train: int = 2000
+    num_val: int = 200
+    scored_hops: tuple[int, ...] | None = None
+    balanced: bool = False
+
+
+TASKS = {
+    'lookup-hops1': Task('lookup', dict(size=64, hops=(1, 1)), 'configs/long_range/lookup_vit-1l_softmax_64px.py',
+                         50.0),
+    'lookup-hops2': Task('lookup', dict(size=64, hops=(2, 2)), 'configs/long_range/lookup_vit-1l_softmax_64px.py',
+                         50.0),
+    'pathfinder-seg': Task('pathfinder_seg', dict(size=64), 'configs/long_range/pathfinder-seg_vit-1l_lisa_64px.py',
+                           50.0, balanced=True),
+    'pathfinder-cls': Task('pathfinder_cls', dict(size=64), 'configs/long_range/pathfinder-cls_vit-1l_lisa_64px.py',
+                           50.0),
+    'pointer': Task('pointer', dict(size=64, hops=(1, 2)), 'configs/long_range/pointer_vit-1l_softmax_64px.py',
+                    10.0, num_train=10000, scored_hops=(2,)),
+}
+COMPARED = (('softmax', 1), ('flatten', 1), ('lisa', 1), ('lisa-t2', 1), ('lisa-global', 1),
+            ('softmax', 2), ('flatten', 2))
+"""The (attention, layers) of every compared task: LiSA T=3 and its controls in one layer (T=2: one step
+of S, the walk's control; global-only: no local branch), and two layers of the one-hop attentions (can
+one LiSA layer do what needs two of theirs?)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Per task its (attention, layers) variants and reported runs; the lr candidates, development runs
+    per candidate, and a cap on images per draw (None: each task's own)."""
+
+    tasks: dict[str, tuple[tuple[tuple[str, int], ...], int]]
+    lrs: tuple[float, ...]
+    select_runs: int
+    max_images: tuple[int, int] | None = field(default=None)
+
+
+SETTINGS = {
+    'make': Setting({'lookup-hops1': ((('softmax', 1), ('window', 1), ('lisa-local', 1)), 3),  # the controls
+                     **{t: (COMPARED, 8) for t in TASKS if t != 'lookup-hops1'}},
+                    lrs=(1e-3, 2e-3, 4e-3), select_runs=2),
+    'quick': Setting({'lookup-hops1': ((('softmax', 1), ('lisa-local', 1)), 2),
+                      'lookup-hops2': ((('lisa', 1), ('lisa-t2', 1)), 2)},
+                     lrs=(2e-3,), select_runs=0, max_images=(200, 50)),
+}
+
+
+def images(task: str, setting: Setting) -> tuple[int, int]:
+    """(train, val) images per draw of ``task`` under ``setting``."""
+    own = TASKS[task].num_train, TASKS[task].num_val
+    return own if setting.max_images is None else tuple(map(min, own, setting.max_images))
+
+
+def data_for(task: str, run: int, data_root: Path, num_train: int, num_val: int) -> Path:
+    """Run ``run``'s draw of ``task`` (written once; :func:`write_probe` keeps a folder of the same spec)."""
+    spec = TASKS[task]
+    return write_probe(spec.generator, data_root / task / f'draw{run}', num_train, num_val, seed=run, **spec.params)
+
+
+def scored(rows: list[dict]) -> list[dict]:
+    """The rows as they count towards a run's accuracy: of each task's :attr:`Task.scored_hops`, and for a
+    :attr:`Task.balanced` task with counts weighted so that each label class holds an equal share of the
+    run's total (its pixel accuracy becomes the mean of the per-class accuracies)::
+
+        correct_r, total_r <- correct_r * N / (K N_c), total_r * N / (K N_c)   (row r of class c)
+
+    with ``N`` the run's labelled pixels, ``N_c`` those of class ``c`` and ``K`` the classes present."""
+    kept = [r for r in rows if TASKS.get(r['task']) is None or TASKS[r['task']].scored_hops is None
+            or r['hops'] in TASKS[r['task']].scored_hops]
+    totals: dict[tuple, dict[int, int]] = {}
+    for r in kept:
+        if r['task'] in TASKS and TASKS[r['task']].balanced:
+            if 'label' not in r:
+                raise ValueError(f"{r['task']} is scored class-balanced, but a row of run {r['run']} has no 'label' "
+                                 '(rows from before the metric counted per class): run it again')
+            by_class = totals.setdefault(key(r), {})
+            by_class[r['label']] = by_class.get(r['label'], 0) + r['total']
+    out = []
+    for r in kept:
+        if key(r) in totals:
+            by_class = totals[key(r)]
+            weight = sum(by_class.values()) / (len(by_class) * by_class[r['label']])
+            r = dict(r, correct=r['correct'] * weight, total=r['total'] * weight)
+        out.append(r)
+    return out
+
+
+def parameter_count(config: Path) -> int:
+    """Trainable parameters of the config's model (built on the CPU in the config's default scope)."""
+    from mmengine.registry import MODELS, DefaultScope
+    with LOCK:  # the default scope is global too
+        cfg = Config.fromfile(config)
+        with DefaultScope.overwrite_default_scope(cfg.default_scope):
+            return sum(p.numel() for p in MODELS.build(cfg.model).parameters() if p.requires_grad)
+
+
+def write_config(item: dict, run_dir: Path) -> Path:
+    """``run_dir/config.py``: the task's config with the attention's ``attn_cfgs``, the layer count and the lr."""
+    with LOCK:
+        attn = Config.fromfile(ROOT / ATTENTION_CONFIG.format(item['attention'])).model.backbone.attn_cfgs.to_dict()
+    config = run_dir / 'config.py'
+    config.write_text(f"_base_ = ['{ROOT / TASKS[item['task']].config}']\n"
+                      f"model = dict(backbone=dict(attn_cfgs=dict(_delete_=True, **{attn!r}), "
+                      f"arch=dict(num_layers={item['layers']})))\n"
+                      f"optim_wrapper = dict(optimizer=dict(lr={item['lr']!r}))\n")
+    return config
+
+
+def run_one(item: dict, data: Path, work_dir: Path, threads: int) -> list[dict]:
+    """Train one run with tools/train.py; return its rows (one per hop count and distance bin)."""
+    task, attention, layers, lr, run, iters = (item[k] for k in ('task', 'attention', 'layers', 'lr', 'run', 'iters'))
+    run_dir = work_dir / task / f'{attention}-{layers}l' / f'lr{lr:g}-{iters}it' / f"{item['phase']}{run}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = write_config(item, run_dir)
+    counts, seg = run_dir / 'long_range.json', TASKS[task].generator != 'pathfinder_cls'
+    options = [f'randomness.seed={run}', f'train_dataloader.dataset.data_root={data}',
+               f'val_dataloader.dataset.data_root={data}', f'train_cfg.max_iters={iters}',
+               f'train_cfg.val_interval={iters}', f'param_scheduler.1.end={iters}',
+               f'default_hooks.checkpoint.interval={iters}'] + ([f'val_evaluator.out_file={counts}'] if seg else [])
+    env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads)}
+    start = time.perf_counter()
+    with (run_dir / 'train.log').open('w') as out:
+        done = subprocess.run([sys.executable, 'tools/train.py', str(config), '--work-dir', str(run_dir),
+                               '--cfg-options', *options], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode or (seg and not counts.is_file()):
+        raise RuntimeError(f'{task} {attention} run {run} failed (exit {done.returncode}); see {run_dir}/train.log')
+    seconds = time.perf_counter() - start
+    step = [json.loads(line)['time'] for p in run_dir.glob('*/vis_data/scalars.json')
+            for line in p.read_text().splitlines() if '"time"' in line and '"loss"' in line]
+    if seg:
+        cells = json.loads(counts.read_text())
+    else:  # classification: one cell, the held-out images
+        total = len(list((data / 'val').glob('*/*.png')))
+        top1 = [json.loads(line)['accuracy/top1'] for p in run_dir.glob('*/vis_data/scalars.json')
+                for line in p.read_text().splitlines() if 'accuracy/top1' in line][-1]
+        cells = [dict(hops=0, lo=0, hi=0, correct=round(top1 * total / 100), total=total)]
+    common = dict(item, seconds=seconds, s_per_iter=sum(step) / len(step) if step else float('nan'),
+                  params=parameter_count(config))
+    return [dict(common, **cell) for cell in cells]
+
+
+def key(item: dict) -> tuple:
+    return tuple(item[k] for k in ('task', 'phase', 'attention', 'layers', 'lr', 'run', 'iters'))
+
+
+def plan(setting: Setting, phase: str, *, tasks=None, attentions=None, layers=None, lrs=None, select_runs=None,
+         runs=None, first_run: int = 1000, max_iters: int | None = None,
+         chosen: dict | None = None) -> list[dict]:
+    """The runs of ``phase`` ('select': every candidate lr on the development draws; 'test': the chosen
+    lr, or the first candidate where none was chosen), run by run (a stopped sweep leaves whole paired
+    sets). Per task, the setting's variants of depths ``layers``, or with ``attentions`` those attentions
+    at each depth (``layers``, default the setting's depths for the task)."""
+    lrs = lrs or setting.lrs
+    select_runs = setting.select_runs if select_runs is None else select_runs
+    items = []
+    for task, (variants, task_runs) in setting.tasks.items():
+        if tasks and task not in tasks:
+            continue
+        default = Config.fromfile(ROOT / TASKS[task].config).train_cfg.max_iters  # the lr is chosen at this budget
+        depths = layers or sorted({d for _, d in variants})
+        chosen_variants = ([(a, d) for a in attentions for d in depths] if attentions
+                           else [(a, d) for a, d in variants if d in depths])
+        for attention, depth in chosen_variants:
+            common = dict(task=task, phase=phase, attention=attention, layers=depth)
+            if phase == 'select':
+                items += [dict(common, lr=lr, run=DEV_RUN + i, iters=default) for lr in lrs for i in range(select_runs)]
+            else:
+                lr = (chosen or {}).get((task, attention, depth), lrs[0])
+                items += [dict(common, lr=lr, run=first_run + i, iters=max_iters or default)
+                          for i in range(runs or task_runs)]
+    return sorted(items, key=lambda i: i['run'])
+
+
+def execute(items: list[dict], rows: list[dict], rows_path: Path, setting: Setting, data_root: Path,
+            work_dir: Path, jobs: int, threads: int) -> None:
+    """Run the items not yet in ``rows``, ``jobs`` at a time; append each run's rows as it ends; stop at
+    the first failure (the runs under way end, the rest do not start)."""
+    done = {key(r) for r in rows}
+    todo = [i for i in items if key(i) not in done]
+    draws = {(i['task'], i['run']): data_for(i['task'], i['run'], data_root, *images(i['task'], setting))
+             for i in todo}  # written before the runs start
+
+    def one(item: dict) -> None:
+        new = run_one(item, draws[item['task'], item['run']], work_dir, threads)
+        with LOCK, rows_path.open('a') as f:
+            f.writelines(json.dumps(r) + '\n' for r in new)
+            rows.extend(new)
+        print(f"{item['task']} {item['attention']} x{item['layers']} lr {item['lr']:g} {item['phase']} run "
+              f"{item['run']}: {report.per_run(scored(new))[item['run']]:.1f} % in {new[0]['seconds']:.0f} s",
+              flush=True)
+
+    with ThreadPoolExecutor(jobs) as pool:
+        futures = [pool.submit(one, item) for item in todo]
+        for future in as_completed(futures):
+            if future.exception():
+                for f in futures:
+                    f.cancel()
+                raise future.exception()
+
+
+def write_document(rows: list[dict], path: Path, note: str) -> None:
+    """``path`` (markdown) and its plot from the stored rows, each task scored on its :attr:`Task.scored_hops`."""
+    rows = scored(rows)
+    tasks = {t: [r for r in rows if r['task'] == t] for t in TASKS if any(r['task'] == t for r in rows)}
+    window = Config.fromfile(ROOT / ATTENTION_CONFIG.format('window'))
+    ceiling = report.window_ceiling(window.img_size // window.model.backbone.patch_size,
+                                    window.model.backbone.attn_cfgs.window_size, 50.0)
+    out = ['# Long-range probe', '', 'Written by `tools/long_range.py` (`make long-range`); protocol in '
+           '`projects/lisa/analysis/long_range_sweep.py`. One recipe for all attentions (`configs/long_range/`: ViT '
+           'of width 64, patch 4, 1x1 head); they differ in `attn_cfgs` (and the layer count where stated). '
+           '`LiSA T=1` is the self-loop alone (no global path); `T=2` adds one step of S and is the control for '
+           'the walk.', '']
+    out += [note, ''] if note else []
+    out += ['## Findings', '', 'Only the paired differences whose 95 % interval excludes 0 are stated as findings.',
+            '', *report.findings(tasks), '']
+    for task, task_rows in tasks.items():
+        hops = TASKS[task].scored_hops
+        section = report.task_section(task, task_rows, TASKS[task].chance, ceiling if task == 'lookup-hops1' else None)
+        if hops:
+            section[2] += f" Scored on the {'/'.join(map(str, hops))}-hop queries."
+        out += section
+    png = path.with_suffix('.png')
+    out.append(f'![accuracy per run, mean and 95 % interval]({png.name})')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('\n'.join(out) + '\n')
+    report.plot(tasks, png)
+    print(f'wrote {path} and {png}')
+
+
+def read_rows(paths: list[Path]) -> list[dict]:
+    return [json.loads(line) for p in paths for line in p.read_text().splitlines() if line.strip()]
