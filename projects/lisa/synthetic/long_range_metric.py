@@ -9,8 +9,9 @@ For the bin ``b`` of distances ``[edges[b], edges[b+1])`` and the hop count ``h`
     acc(h, b) = 100 * #{pixels of (h, b): prediction == label} / #{pixels of (h, b)}
 
 reported as ``acc`` (all pixels), ``acc_d<lo>-<hi>``, ``acc_h<h>`` and ``acc_h<h>_d<lo>-<hi>``
-(bins without pixels are left out); ``out_file`` also gets the raw counts as JSON rows
-``dict(hops, lo, hi, correct, total)``.
+(bins without pixels are left out); ``out_file`` also gets the raw counts, per label class too (so
+that a task with unequal classes can be scored class-balanced), as JSON rows
+``dict(label, hops, lo, hi, correct, total)``.
 """
 from __future__ import annotations
 
@@ -33,18 +34,18 @@ def probe_path(img_path: str) -> Path:
 
 def binned_counts(pred: np.ndarray, label: np.ndarray, probe: np.ndarray, edges: Sequence[float],
                   ignore_index: int = 255) -> dict[tuple[int, int], tuple[int, int]]:
-    """``{(hops, bin): (correct, total)}`` over the labelled pixels of one image."""
+    """``{(label, hops, bin): (correct, total)}`` over the labelled pixels of one image."""
     if pred.shape != label.shape or probe.shape != (2, *label.shape):
         raise ValueError(f'shapes differ: prediction {pred.shape}, label {label.shape}, probe {probe.shape} '
                          '(expected (2, H, W))')
     valid = label != ignore_index
     bins = np.searchsorted(np.asarray(edges), probe[0][valid], side='right') - 1
-    hops, right = probe[1][valid], pred[valid] == label[valid]
+    labels, hops, right = label[valid], probe[1][valid], pred[valid] == label[valid]
     inside = (bins >= 0) & (bins < len(edges) - 1)
     counts = {}
-    for h, b in set(zip(hops[inside].tolist(), bins[inside].tolist())):
-        where = inside & (hops == h) & (bins == b)
-        counts[(h, b)] = (int(right[where].sum()), int(where.sum()))
+    for c, h, b in set(zip(labels[inside].tolist(), hops[inside].tolist(), bins[inside].tolist())):
+        where = inside & (labels == c) & (hops == h) & (bins == b)
+        counts[(c, h, b)] = (int(right[where].sum()), int(where.sum()))
     return counts
 
 
@@ -76,14 +77,14 @@ class LongRangeAccuracy(BaseMetric):
             self.results.append(binned_counts(pred, label, probe, self.edges, self.ignore_index))
 
     def compute_metrics(self, results: list) -> dict[str, float]:
-        total: dict[tuple[int, int], list[int]] = {}
+        total: dict[tuple[int, int, int], list[int]] = {}
         for counts in results:
             for key, (c, n) in counts.items():
                 acc = total.setdefault(key, [0, 0])
                 acc[0] += c
                 acc[1] += n
-        rows = [dict(hops=h, lo=self.edges[b], hi=self.edges[b + 1], correct=c, total=n)
-                for (h, b), (c, n) in sorted(total.items())]
+        rows = [dict(label=k, hops=h, lo=self.edges[b], hi=self.edges[b + 1], correct=c, total=n)
+                for (k, h, b), (c, n) in sorted(total.items())]
         if self.out_file:
             Path(self.out_file).parent.mkdir(parents=True, exist_ok=True)
             Path(self.out_file).write_text(json.dumps(rows))
@@ -100,5 +101,5 @@ class LongRangeAccuracy(BaseMetric):
         for r in rows:
             metrics[f'acc_{name(r)}'] = acc(lambda s, r=r: name(s) == name(r))
             metrics[f"acc_h{r['hops']}"] = acc(lambda s, r=r: s['hops'] == r['hops'])
-            metrics[f"acc_h{r['hops']}_{name(r)}"] = 100.0 * r['correct'] / r['total']
+            metrics[f"acc_h{r['hops']}_{name(r)}"] = acc(lambda s, r=r: (s['hops'], name(s)) == (r['hops'], name(r)))
         return {k: v for k, v in metrics.items() if v is not None}
