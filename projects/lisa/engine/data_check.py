@@ -13,7 +13,7 @@ therefore
 2. build the :class:`Runner` of this module, whose datasets add the dataset's
    annotation file (while loading it) or the sample's files (while loading a
    sample) to any error, and which stops on invalid data
-   (:mod:`.data_validation`): COCO annotations are checked while their file
+   (:mod:`.dataset_loading`, :mod:`.split_check`): COCO annotations are checked while their file
    loads, each sample's label map and image the first time the sample is read,
    so an image that cannot be decoded in full is named before OpenCV decodes
    nothing from it (or, OpenCV 4, its missing rows grey).
@@ -28,7 +28,11 @@ from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.runner import Runner as MMEngineRunner
 
-from .data_validation import LISTED, DataError, ImageCheck, LabelMapCheck, leaves, load_dataset, report, sample_check
+from .data_problems import LISTED, DataError, report
+from .dataset_loading import leaves, load_dataset
+from .image_check import ImageCheck
+from .label_map_check import LabelMapCheck
+from .split_check import sample_check
 
 PREPARATION: dict[str, str] = {
     'ADE20KDataset': (
