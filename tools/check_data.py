@@ -17,7 +17,8 @@ import sys
 from mmengine.config import Config, DictAction
 
 from projects.lisa.engine.data_check import check_data_roots
-from projects.lisa.engine.data_validation import check_config_data, report
+from projects.lisa.engine.data_problems import report
+from projects.lisa.engine.split_check import check_config_data
 
 SPLITS = {'train': 'train_dataloader', 'val': 'val_dataloader'}
 

@@ -27,10 +27,11 @@ from mmengine.config import Config, DictAction
 from projects.lisa.engine.amp import enable_amp
 from projects.lisa.engine.checkpoint_hook import ResumeConfigError, remove_partial_saves
 from projects.lisa.engine.data_check import Runner, check_data_roots
-from projects.lisa.engine.data_validation import check_config_data, report
+from projects.lisa.engine.data_problems import report
 from projects.lisa.engine.dist import setup_cpu_distributed
 from projects.lisa.engine.resume import find_resumable_checkpoint
 from projects.lisa.engine.safe_runtime import add_allow_args, add_safe_runtime
+from projects.lisa.engine.split_check import check_config_data
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError
 
 

@@ -13,7 +13,7 @@ therefore
 2. build the :class:`Runner` of this module, whose datasets add the dataset's
    annotation file (while loading it) or the sample's files (while loading a
    sample) to any error, and which stops on invalid data
-   (:mod:`.data_validation`): COCO annotations are checked while their file
+   (:mod:`.dataset_loading`, :mod:`.split_check`): COCO annotations are checked while their file
    loads, each sample's label map and image the first time the sample is read,
    so an image that cannot be decoded in full is named before OpenCV decodes
    nothing from it (or, OpenCV 4, its missing rows grey).
@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import logging
 import os.path as osp
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.runner import Runner as MMEngineRunner
 
-from .data_validation import LISTED, DataError, ImageCheck, LabelMapCheck, leaves, load_dataset, report, sample_check
+from .data_problems import LISTED, DataError, report
+from .dataset_loading import leaf_cfgs, leaves, load_dataset
+from .image_check import ImageCheck
+from .label_map_check import LabelMapCheck
+from .split_check import sample_check
 
 PREPARATION: dict[str, str] = {
     'ADE20KDataset': (
@@ -50,16 +54,6 @@ PREPARATION: dict[str, str] = {
 
 PREPARATION_ELSEWHERE = ("see the dataset preparation guide of the library that defines it "
                          "(mmseg / mmdet / mmpretrain docs: 'Prepare datasets')")
-
-
-def _datasets(cfg: Mapping) -> Iterator[Mapping]:
-    """The dataset configs in ``cfg``, wrappers (``dataset`` / ``datasets`` keys) unpacked."""
-    inner = [cfg['dataset']] if isinstance(cfg.get('dataset'), Mapping) else list(cfg.get('datasets', []))
-    if inner:
-        for sub in inner:
-            yield from _datasets(sub)
-    else:
-        yield cfg
 
 
 def _join(root: str | None, path: str) -> str:
@@ -90,7 +84,7 @@ def check_data_roots(cfg: Config, loaders: tuple[str, ...]) -> None:
     for loader in loaders:
         if not cfg.get(loader):
             continue
-        for dataset in _datasets(cfg[loader]['dataset']):
+        for dataset in leaf_cfgs(cfg[loader]['dataset']):
             for path in dataset_files(dataset):
                 if not osp.exists(path):
                     kind = dataset.get('type', '?')
@@ -167,7 +161,7 @@ class Runner(MMEngineRunner):
                 dataset, problems = load_dataset(dataset_cfg)
             except (OSError, ValueError) as error:  # missing or unreadable files, malformed annotations
                 where = [dict(data_root=d.get('data_root'), ann_file=_join(d.get('data_root'), d['ann_file']))
-                         if d.get('ann_file') else dict(data_root=d.get('data_root')) for d in _datasets(dataset_cfg)]
+                         if d.get('ann_file') else dict(data_root=d.get('data_root')) for d in leaf_cfgs(dataset_cfg)]
                 raise DataError(f'{dataset_cfg.get("type")} {where} failed to load: '
                                 f'{type(error).__name__}: {error}') from error
             if any(p.error for p in problems):
