@@ -85,7 +85,7 @@ from projects.lisa.analysis.model_benchmark import (
 )
 from projects.lisa.models.attention import ops
 
-CONFIGS = Path(__file__).resolve().parents[1] / 'configs' / 'segmentation'  # the configs of DENSE
+CONFIGS = Path(__file__).resolve().parents[1] / 'configs'  # the configs of the paper's models
 
 
 def parse_args(argv=None) -> argparse.Namespace:

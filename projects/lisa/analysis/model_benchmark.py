@@ -7,8 +7,8 @@
   backward; :func:`.benchmark.saved_tensor_bytes`) and on CUDA ``peak``. :func:`table` adds the
   ratios to FLatten of the same size and the paper's figures.
 * **Dense models**: the parts of the Table 3 segmentation models that the attention changes
-  (:data:`DENSE`: backbone + FPN neck of Semantic FPN with PVT-T, FLatten-PVT-T, LiSA-PVT-T; the
-  UperNet backbones Swin-T, FLatten-Swin-T, LiSA-Swin-T), built from their configs with random
+  (:data:`DENSE`, :func:`dense_configs`: backbone + FPN neck of Semantic FPN with PVT-T, FLatten-PVT-T,
+  LiSA-PVT-T; the UperNet backbones Swin-T, FLatten-Swin-T, LiSA-Swin-T), built from their configs with random
   weights (:class:`DenseParts`, needs mmengine, mmcv and mmseg): wall and CPU time of a training
   step and of inference (:func:`measure_dense`), the FLOPs counted (:func:`count_dense_flops`),
   tables of the ratios to the softmax model and to FLatten of the same family
@@ -28,8 +28,9 @@ from torch import nn
 
 from .benchmark import cuda_peak_bytes, median_seconds, median_times, saved_tensor_bytes
 from .deit import DEIT_TINY_ATTENTIONS as ATTENTIONS
-from .deit import PAPER_TABLE13 as PAPER
 from .deit import DeiT
+from .paper import TABLE_13 as PAPER
+from .paper import paper_models
 
 PATCH = 16
 MiB = 2 ** 20
@@ -111,17 +112,16 @@ def table(rows: list[dict]) -> str:
     return '\n'.join(lines)
 
 
-# family -> (what is measured, parts of the model, {model: config}); the first model is the softmax baseline.
+# family -> (what is measured, parts of the model, the segmentor of its Table 3 models in :data:`.paper.PAPER_MODELS`)
 DENSE = {
-    'pvt': ('Semantic FPN backbone + neck', ('backbone', 'neck'), {
-        'PVT-T': 'fpn_pvt-t_8xb4-40k_ade20k-512x512.py',
-        'FLatten-PVT-T': 'fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py',
-        'LiSA-PVT-T': 'fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'}),
-    'swin': ('UperNet backbone', ('backbone', ), {
-        'Swin-T': 'upernet_swin-t_8xb2-160k_ade20k-512x512.py',
-        'FLatten-Swin-T': 'upernet_flatten-swin-t_8xb2-160k_ade20k-512x512.py',
-        'LiSA-Swin-T': 'upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py'}),
+    'pvt': ('Semantic FPN backbone + neck', ('backbone', 'neck'), 'S-FPN'),
+    'swin': ('UperNet backbone', ('backbone', ), 'UperNet'),
 }
+
+
+def dense_configs(family: str) -> dict[str, str]:
+    """Backbone -> config (under ``configs/``) of the family's Table 3 models, the softmax baseline first."""
+    return {m.backbone: m.config for m in paper_models('Table 3', DENSE[family][2])}
 
 
 class DenseParts(nn.Module):
@@ -172,14 +172,16 @@ class DenseBench:
 def measure_dense(family: str, config_dir: Path, device: torch.device, batch: int = 1,
                   train_size: Sequence[int] = (512, 512), infer_size: Sequence[int] = (512, 2048), warmup: int = 2,
                   repeats: int = 5, budget_s: float = 60.0) -> list[dict]:
-    """Rows of the models of one family (their configs under ``config_dir``); their runs take turns."""
-    what, parts, configs = DENSE[family]
+    """Rows of the models of one family (``config_dir``: the ``configs/`` folder; a row's ``'config'`` is
+    its file name); their runs take turns."""
+    what, parts, _ = DENSE[family]
+    configs = dense_configs(family)
     benches = {name: DenseBench(Path(config_dir) / cfg, parts, device, batch, train_size, infer_size)
                for name, cfg in configs.items()}
     timing = dict(warmup=warmup, repeats=repeats, budget_s=budget_s)
     train = median_times({n: b.train_step for n, b in benches.items()}, device, **timing)
     infer = median_times({n: b.infer for n, b in benches.items()}, device, **timing)
-    return [{'family': family, 'measured': what, 'model': name, 'config': configs[name],
+    return [{'family': family, 'measured': what, 'model': name, 'config': Path(configs[name]).name,
              **{f'train_{c}_ms': 1e3 * t for c, t in train[name].items()},
              **{f'infer_{c}_ms': 1e3 * t for c, t in infer[name].items()}} for name in configs]
 
@@ -189,10 +191,9 @@ def count_dense_flops(family: str, config_dir: Path, train_size: Sequence[int] =
     """Counted FLOPs of each model's forward of one image at ``train_size`` and at ``infer_size``."""
     from .flops import model_complexity  # mmengine's counter: only the dense models need mm
 
-    _, parts, configs = DENSE[family]
     flops = {}
-    for name, cfg in configs.items():
-        model = DenseParts(Path(config_dir) / cfg, parts).eval()
+    for name, cfg in dense_configs(family).items():
+        model = DenseParts(Path(config_dir) / cfg, DENSE[family][1]).eval()
         flops[name] = tuple(model_complexity(model, (torch.randn(1, 3, *size), )).flops
                             for size in (train_size, infer_size))
     return flops

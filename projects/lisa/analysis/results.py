@@ -35,6 +35,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .paper import TABLE_13
+
 # Our metric names -> (the key MMEngine logs, the factor to percent).
 METRICS: dict[str, tuple[str, float]] = {
     'top-1': ('accuracy/top1', 1.0),
@@ -188,11 +190,6 @@ TABLES = {
     'Table 13': ('DeiT-T, batch 1 (tools/benchmark_model.py): latency of a training step (ms), memory (MiB: '
                  'CUDA peak, on the CPU the bytes saved for backward)'),
 }
-TABLE_13: dict[int, dict[str, tuple[float, float | None]]] = {
-    197: {'softmax': (3.50, None), 'flatten': (7.15, None), 'lisa': (13.53, None)},
-    16385: {'softmax': (898.92, 50281.7), 'flatten': (91.84, 1605.2), 'lisa': (161.71, 3409.1)},
-}
-"""Supp. Table 13 (GPU and batch not stated): tokens -> attention -> (latency ms, peak memory MB)."""
 
 
 def parse_config_name(name: str) -> tuple[str, str]:
