@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import sys
 from pathlib import Path
+
+from projects.lisa.analysis.statistics import mean_std
 
 
 def run_metric(run: Path, metric: str, reduce: str) -> float:
@@ -36,8 +36,9 @@ def summarise(work_dir: Path, metric: str, reduce: str) -> dict:
     if not runs:
         raise FileNotFoundError(f'{work_dir} holds no seed<S> run folders')
     values = [run_metric(r, metric, reduce) for r in runs]
-    return dict(config=work_dir.name, seeds=[int(r.name[len('seed'):]) for r in runs], values=values,
-                mean=statistics.fmean(values), std=statistics.stdev(values) if len(values) > 1 else math.nan)
+    mean, std = mean_std(values)
+    return dict(config=work_dir.name, seeds=[int(r.name[len('seed'):]) for r in runs], values=values, mean=mean,
+                std=std)
 
 
 def markdown(rows: list[dict], metric: str) -> str:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .paper import TABLE_13
+from .statistics import mean_std
 
 # Our metric names -> (the key MMEngine logs, the factor to percent).
 METRICS: dict[str, tuple[str, float]] = {
@@ -313,14 +314,6 @@ class Entry:
         return self.ours - self.paper
 
 
-def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (``ddof=1``; None for a single value)."""
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, None
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-
-
 def matches(row: Row, run: Run) -> bool:
     """Whether ``run``'s config is one of ``row``'s (model key and data, a generated dataset standing in)."""
     key, data = parse_config_name(run.config)
@@ -349,7 +342,8 @@ def compare(runs: Sequence[Run], rows: Sequence[Row | Gain] = ROWS) -> list[Entr
             entry = Entry(row.table, row.label, metric, value, row.paper_std.get(metric))
             values = [run.metrics[metric] for run in chosen if metric in run.metrics]
             if values:
-                entry.ours, entry.ours_std = mean_std(values)
+                entry.ours, std = mean_std(values)
+                entry.ours_std = None if math.isnan(std) else std
                 entry.runs = [str(run.work_dir) for run in chosen if metric in run.metrics]
                 entry.data = ', '.join(sorted({parse_config_name(run.config)[1] for run in chosen}))
                 entry.synthetic = not real
