@@ -28,7 +28,6 @@ Progress lines are shown; the full logs, checkpoints and metrics are kept under 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -40,6 +39,7 @@ from pathlib import Path
 
 from projects.lisa.analysis import baselines
 from projects.lisa.analysis.results import read_work_dir
+from projects.lisa.analysis.scalars import scalars_files, values
 
 ROOT = Path(__file__).resolve().parents[1]
 CLS_CONFIG = 'configs/classification/demo/pvt-tiny_lisa_1xb8-2e_synthetic-imagenet-64px.py'
@@ -110,15 +110,6 @@ def last_checkpoint(work_dir: Path) -> str:
     return (work_dir / 'last_checkpoint').read_text().strip()
 
 
-def training_loss(work_dir: Path) -> tuple[float, float]:
-    """First and last logged training loss of the latest run in ``work_dir`` (MMEngine's scalars)."""
-    runs = sorted(work_dir.glob('*/vis_data/scalars.json'))
-    if not runs:
-        raise StepFailed(f'no training log found under {work_dir}')
-    losses = [entry['loss'] for entry in map(json.loads, runs[-1].read_text().splitlines()) if 'loss' in entry]
-    return losses[0], losses[-1]
-
-
 def rel(path: str | Path) -> str:
     """``path`` as the commands see it: relative to the repository root when inside it."""
     path = Path(ROOT, path)
@@ -137,8 +128,11 @@ def train_and_test(tag: str, library: str, config: str, work_dir: Path, threads:
     checkpoint = last_checkpoint(work_dir)
     run(tag, [mim(), 'test', library, config, '--checkpoint', rel(checkpoint), '--work-dir', rel(work_dir / 'test')],
         work_dir / 'test.log', threads)
-    first, last = training_loss(work_dir)
-    return dict(checkpoint=checkpoint, loss=f'{first:.2f} -> {last:.2f}', seconds=time.monotonic() - start)
+    logs = scalars_files(work_dir)  # the training's; the test's lie under work_dir/test/
+    if not logs:
+        raise StepFailed(f'no training log found under {work_dir}')
+    losses = values(logs[-1], 'loss')
+    return dict(checkpoint=checkpoint, loss=f'{losses[0]:.2f} -> {losses[-1]:.2f}', seconds=time.monotonic() - start)
 
 
 def dense_pretrained() -> str:

@@ -16,17 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from projects.lisa.analysis.scalars import run_metric
 from projects.lisa.analysis.statistics import mean_std
-
-
-def run_metric(run: Path, metric: str, reduce: str) -> float:
-    """The metric of one run (``run/<timestamp>/vis_data/scalars.json``, newest first)."""
-    for log in sorted(run.glob('*/vis_data/scalars.json'), key=lambda p: p.parent.parent.name, reverse=True):
-        values = [entry[metric] for line in log.read_text().splitlines() if line.strip()
-                  for entry in [json.loads(line)] if metric in entry]
-        if values:
-            return values[-1] if reduce == 'last' else max(values)
-    raise FileNotFoundError(f'no {metric!r} in any {run}/*/vis_data/scalars.json')
 
 
 def summarise(work_dir: Path, metric: str, reduce: str) -> dict:

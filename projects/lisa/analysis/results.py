@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .paper import TABLE_13
+from .scalars import SCALARS, last_entry
 from .statistics import mean_std
 
 # Our metric names -> (the key MMEngine logs, the factor to percent).
@@ -239,13 +240,8 @@ def _test_metrics(run_dir: Path) -> dict[str, float]:
 
 
 def _val_metrics(run_dir: Path) -> dict[str, float]:
-    path = run_dir / 'vis_data' / 'scalars.json'
-    metrics: dict[str, float] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            found = _percent(json.loads(line)) if line.strip() else {}
-            metrics = found or metrics  # the last validation
-    return metrics
+    path = run_dir / SCALARS
+    return _percent(last_entry(path, (key for key, _ in METRICS.values()))) if path.is_file() else {}
 
 
 def _config_of(work_dir: Path, run_dir: Path) -> str | None:
@@ -270,7 +266,7 @@ def read_work_dir(work_dir: Path) -> Run | None:
             metrics = read(run_dir)
             config = _config_of(work_dir, run_dir) if metrics else None
             if config:
-                source = run_dir / (f'{run_dir.name}.json' if kind == 'test' else 'vis_data/scalars.json')
+                source = run_dir / (f'{run_dir.name}.json' if kind == 'test' else SCALARS)
                 return Run(config, work_dir, metrics, source, kind)
     return None
 
