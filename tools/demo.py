@@ -38,7 +38,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from projects.lisa.analysis import baselines
-from projects.lisa.analysis.results import read_work_dir
 from projects.lisa.analysis.scalars import scalars_files, values
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,9 +56,6 @@ STAGES = {
     'Semantic FPN': ('fpn_lisa-pvt-t', 'mIoU', 'ade/ADEChallengeData2016'),
     'Mask R-CNN': ('mask-rcnn_lisa-pvt-t', 'box AP', 'coco'),
 }
-CHANCE = {'classifier': baselines.classification_baseline,
-          'Semantic FPN': lambda root: baselines.segmentation_baseline(root)['mIoU'],
-          'Mask R-CNN': lambda root: baselines.detection_baseline(root)['box AP']}
 
 
 def mim() -> str:
@@ -105,11 +101,6 @@ def run(tag: str, cmd: list[str], log: Path, threads: int = 1, echo: bool = Fals
               f'(log: {rel(log)})', flush=True)
 
 
-def last_checkpoint(work_dir: Path) -> str:
-    """The checkpoint MMEngine's ``CheckpointHook`` saved last in ``work_dir``."""
-    return (work_dir / 'last_checkpoint').read_text().strip()
-
-
 def rel(path: str | Path) -> str:
     """``path`` as the commands see it: relative to the repository root when inside it."""
     path = Path(ROOT, path)
@@ -125,7 +116,7 @@ def train_and_test(tag: str, library: str, config: str, work_dir: Path, threads:
     """``mim train`` the config, ``mim test`` its last checkpoint; the checkpoint, loss and time."""
     start = time.monotonic()
     run(tag, [mim(), 'train', library, config, '--work-dir', rel(work_dir)], work_dir / 'train.log', threads)
-    checkpoint = last_checkpoint(work_dir)
+    checkpoint = (work_dir / 'last_checkpoint').read_text().strip()  # what MMEngine's CheckpointHook saved last
     run(tag, [mim(), 'test', library, config, '--checkpoint', rel(checkpoint), '--work-dir', rel(work_dir / 'test')],
         work_dir / 'test.log', threads)
     logs = scalars_files(work_dir)  # the training's; the test's lie under work_dir/test/
@@ -143,24 +134,17 @@ def dense_pretrained() -> str:
 
 def judged(work: Path, data: Path) -> list[baselines.Judged]:
     """Each stage's test metric (its ``mim test`` under ``<work dir>/test``) beside its chance baseline."""
-    results = []
-    for stage, (work_dir, metric, root) in STAGES.items():
-        test_dir = work / work_dir / 'test'
-        run = read_work_dir(test_dir) if test_dir.is_dir() else None
-        if run is None or metric not in run.metrics:
-            raise StepFailed(f'[{stage}] no {metric} in a test result under {test_dir}')
-        results.append(baselines.Judged(stage, metric, run.metrics[metric], CHANCE[stage](data / root)))
-    return results
+    return [baselines.judge_test(stage, work / work_dir / 'test', metric, data / root)
+            for stage, (work_dir, metric, root) in STAGES.items()]
 
 
 def judge(results: list[baselines.Judged]) -> None:
     """Print every stage beside its baseline; exit non-zero naming the stages that do not clear it."""
     for result in results:
         print(result, flush=True)
-    failed = [r.stage for r in results if not r.passed]
-    if failed:
-        sys.exit(f'demo failed: {", ".join(failed)} did not clear its chance baseline by the margin '
-                 f'(at least {baselines.FACTOR:g}x the baseline and {baselines.MARGIN:g} points above it)')
+    shortfall = baselines.shortfall(results)
+    if shortfall:
+        sys.exit(f'demo failed: {shortfall}')
 
 
 def main() -> None:
@@ -198,7 +182,7 @@ def main() -> None:
                         '--markdown', rel(work / 'results.md'), '--json', rel(work / 'results.json')],
             work / 'collect_results.log', echo=True)
         judgements = judged(work, ROOT / args.data)
-    except StepFailed as error:
+    except (StepFailed, baselines.MissingResult) as error:
         sys.exit(str(error))
     print(f'Training loss (first -> last logged): classifier {cls["loss"]}, Semantic FPN {seg["loss"]}, '
           f'Mask R-CNN {det["loss"]}. Mask R-CNN trains {DET_DATA["num_train"] * 12 // 4} iterations here '
