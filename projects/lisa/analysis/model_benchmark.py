@@ -10,17 +10,21 @@
   (:data:`DENSE`, :func:`dense_configs`: backbone + FPN neck of Semantic FPN with PVT-T, FLatten-PVT-T,
   LiSA-PVT-T; the UperNet backbones Swin-T, FLatten-Swin-T, LiSA-Swin-T), built from their configs with random
   weights (:class:`DenseParts`, needs mmengine, mmcv and mmseg): wall and CPU time of a training
-  step and of inference (:func:`measure_dense`), the FLOPs counted (:func:`count_dense_flops`),
+  step and of inference (:func:`measure_dense`, :func:`measure_families`), the FLOPs counted
+  (:func:`count_dense_flops`, :func:`add_dense_flops`),
   tables of the ratios to the softmax model and to FLatten of the same family
   (:func:`dense_table`, over several processes :func:`merge_processes`).
 
 The models of one comparison take turns run by run (:func:`.benchmark.median_times`), so a change
-of the machine's load hits them alike. ``tools/benchmark_model.py`` is the command line.
+of the machine's load hits them alike. :func:`write_results` writes the rows and the table;
+``tools/benchmark_model.py`` is the command line.
 """
 from __future__ import annotations
 
+import functools
+import json
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -34,6 +38,8 @@ from .paper import paper_models
 
 PATCH = 16
 MiB = 2 ** 20
+#: Where a measurement's lines go as they are measured: printed at once.
+LOG = functools.partial(print, flush=True)
 
 
 def build_model(attention: str, img_size: int, device: torch.device) -> nn.Module:
@@ -84,6 +90,19 @@ def measure(img_size: int, attentions: Sequence[str], device: torch.device, warm
         if device.type == 'cuda':
             rows[a]['peak'] = cuda_peak_bytes(bench.train_step, device)
     return list(rows.values())
+
+
+def measure_sizes(img_sizes: Sequence[int], attentions: Sequence[str], device: torch.device, warmup: int = 1,
+                  repeats: int = 5, budget_s: float = 60.0, log: Callable[[str], object] = LOG) -> list[dict]:
+    """The rows of :func:`measure` at every size, each passed to ``log`` as a line once measured."""
+    rows = []
+    for size in img_sizes:
+        for row in measure(size, attentions, device, warmup, repeats, budget_s):
+            rows.append(row)
+            log(f"  {row['attention']:8s} {size:5d}² ({row['tokens']:6d} tokens): fwd {row['fwd_ms']:.1f} ms, "
+                f"train {row['train_ms']:.1f} ms, saved {row['saved'] / MiB:.1f} MiB"
+                + (f", peak {row['peak'] / MiB:.1f} MiB" if 'peak' in row else ''))
+    return rows
 
 
 def table(rows: list[dict]) -> str:
@@ -186,6 +205,20 @@ def measure_dense(family: str, config_dir: Path, device: torch.device, batch: in
              **{f'infer_{c}_ms': 1e3 * t for c, t in infer[name].items()}} for name in configs]
 
 
+def measure_families(families: Sequence[str], config_dir: Path, device: torch.device, batch: int = 1,
+                     train_size: Sequence[int] = (512, 512), infer_size: Sequence[int] = (512, 2048),
+                     warmup: int = 2, repeats: int = 5, budget_s: float = 60.0,
+                     log: Callable[[str], object] = LOG) -> list[dict]:
+    """The rows of :func:`measure_dense` of every family, each passed to ``log`` as a line once measured."""
+    rows = []
+    for family in families:
+        for row in measure_dense(family, config_dir, device, batch, train_size, infer_size, warmup, repeats, budget_s):
+            rows.append(row)
+            log(f"  {row['model']:15s} train {row['train_cpu_ms']:.0f} ms CPU, {row['train_wall_ms']:.0f} ms "
+                f"wall; inference {row['infer_cpu_ms']:.0f} ms CPU, {row['infer_wall_ms']:.0f} ms wall")
+    return rows
+
+
 def count_dense_flops(family: str, config_dir: Path, train_size: Sequence[int] = (512, 512),
                       infer_size: Sequence[int] = (512, 2048)) -> dict[str, tuple[int, int]]:
     """Counted FLOPs of each model's forward of one image at ``train_size`` and at ``infer_size``."""
@@ -197,6 +230,15 @@ def count_dense_flops(family: str, config_dir: Path, train_size: Sequence[int] =
         flops[name] = tuple(model_complexity(model, (torch.randn(1, 3, *size), )).flops
                             for size in (train_size, infer_size))
     return flops
+
+
+def add_dense_flops(rows: list[dict], config_dir: Path, train_size: Sequence[int] = (512, 512),
+                    infer_size: Sequence[int] = (512, 2048)) -> None:
+    """Set each row's ``train_flops`` and ``infer_flops`` (:func:`count_dense_flops`, once per family)."""
+    flops = {name: f for family in dict.fromkeys(r['family'] for r in rows)
+             for name, f in count_dense_flops(family, config_dir, train_size, infer_size).items()}
+    for row in rows:
+        row['train_flops'], row['infer_flops'] = flops[row['model']]
 
 
 TIMES = tuple(f'{kind}_{clock}_ms' for kind in ('train', 'infer') for clock in ('cpu', 'wall'))
@@ -264,3 +306,15 @@ def flops_table(rows: list[dict], train: str, infer: str) -> str:
             lines.append(f"| {r['model']} | {r['train_flops'] / 1e9:.1f} / {r['infer_flops'] / 1e9:.1f} | "
                          f"{ratio(r, base)} | {ratio(r, flatten)} |")
     return '\n'.join(lines)
+
+
+def write_results(out: Path, name: str, setting: str, rows: list[dict], report: str,
+                  markdown: Path | None = None) -> None:
+    """``NAME.json`` (``setting`` and ``rows``) and ``NAME.md`` (``setting`` and ``report``) under ``out``;
+    the markdown also to ``markdown``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f'{name}.json').write_text(json.dumps({'setting': setting, 'rows': rows}, indent=1))
+    for path in (out / f'{name}.md', markdown):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(setting + '\n\n' + report + '\n')
