@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from projects.lisa.analysis import scalars
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FIRST = [  # a run's first start: two training lines, one validation, a blank line
     {'lr': 0.1, 'data_time': 0.5, 'loss': 2.0, 'time': 1.5, 'iter': 10, 'step': 10},
@@ -63,3 +68,12 @@ def test_run_metric_reads_the_newest_log_that_holds_it(run):
 def test_training_values_leave_out_the_validation_lines(run):
     assert scalars.training_values(run, 'time') == [1.5, 2.5, 3.5]  # not the validation's 0.2
     assert scalars.training_values(run, 'loss') == [2.0, 1.5, 1.0]
+
+
+def test_the_readers_of_results_import_with_the_standard_library_alone():
+    """tools/collect_results.py and report_seeds.py read logs where neither torch nor scipy need be installed."""
+    absent = ('numpy', 'scipy', 'torch', 'mmengine')
+    code = (f'import sys; sys.modules.update(dict.fromkeys({absent!r})); '
+            'import projects.lisa.analysis.results, projects.lisa.analysis.scalars, projects.lisa.analysis.paper; '
+            'from projects.lisa.analysis.statistics import mean_std; assert mean_std([1.0, 3.0])[0] == 2.0')
+    subprocess.run([sys.executable, '-c', code], cwd=ROOT, env={**os.environ, 'PYTHONPATH': str(ROOT)}, check=True)
