@@ -12,7 +12,7 @@ from mmengine.config import Config
 from torch import nn
 
 from projects.lisa.analysis.benchmark import cuda_peak_bytes, loglog_plot, median_seconds, saved_tensor_bytes
-from projects.lisa.analysis.flops import PAPER_GFLOPS, Complexity, config_complexity, flop_analyzer, model_complexity
+from projects.lisa.analysis.flops import Complexity, config_complexity, flop_analyzer, model_complexity
 from projects.lisa.analysis.walk_maps import attention_matrices, query_token, split_row
 from projects.lisa.models.attention import build_attention
 from projects.lisa.models.attention.layers import merge_heads
@@ -147,11 +147,6 @@ def test_our_softmax_pvt_fpn_counts_like_mmdets_pvt_t(tmp_path):
     mm = config_complexity(ref_cfg, (64, 96))
     assert (ours.params, ours.flops) == (mm.params, mm.flops)
     assert ours.input_hw == (64, 96) and ours.by_operator['scaled_dot_product_attention'] > 0
-
-
-def test_paper_flops_name_existing_configs():
-    for name in PAPER_GFLOPS:
-        assert (ROOT / 'configs' / name).is_file(), name
 
 
 def test_get_flops_sets_the_measured_figure_beside_the_papers():

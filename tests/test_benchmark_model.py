@@ -69,6 +69,14 @@ def test_dense_table_adds_the_counted_flops_and_their_ratios():
                                              (64, 64), (64, 128))
 
 
+def test_results_are_written_as_json_and_markdown_also_where_asked(tmp_path):
+    rows = [row('pvt', 'PVT-T', (1, 2), (3, 4))]
+    bench.write_results(tmp_path / 'out', 'bench', 'setting', rows, 'table', tmp_path / 'docs' / 'bench.md')
+    assert json.loads((tmp_path / 'out' / 'bench.json').read_text()) == {'setting': 'setting', 'rows': rows}
+    assert (tmp_path / 'out' / 'bench.md').read_text() == (tmp_path / 'docs' / 'bench.md').read_text() == (
+        'setting\n\ntable\n')
+
+
 @pytest.mark.slow
 def test_dense_benchmark_times_the_three_pvt_models_and_writes_the_markdown(tmp_path):
     benchmark_model.main(['--dense', '--families', 'pvt', '--train-size', '64', '64', '--infer-size', '64', '96',

@@ -156,9 +156,10 @@ def test_demo_exits_non_zero_naming_the_stage_below_its_baseline(tiny_demo, caps
     assert 'classifier: top-1 20.00, chance 20.00; needs 40.00' in printed and 'FAILS' in printed
     passing = [j for j in demo.judged(work, data) if j.stage != 'classifier']
     demo.judge(passing)  # no exit
+    assert baselines.shortfall(passing) is None
 
 
 def test_demo_names_the_stage_whose_test_result_is_missing(tiny_demo, tmp_path):
     work, data = tiny_demo
-    with pytest.raises(demo.StepFailed, match=r'\[classifier\] no top-1 in a test result under'):
+    with pytest.raises(baselines.MissingResult, match=r'\[classifier\] no top-1 in a test result under'):
         demo.judged(tmp_path, data)

@@ -1,10 +1,19 @@
-"""Means with Student-t intervals and paired differences, against values computed by hand
-(t quantiles from a printed table: t(0.975, 2) = 4.303, t(0.975, 3) = 3.182)."""
+"""Means with their standard deviation or Student-t intervals and paired differences, against values
+computed by hand (t quantiles from a printed table: t(0.975, 2) = 4.303, t(0.975, 3) = 3.182)."""
 import math
 
 import pytest
 
-from projects.lisa.analysis.statistics import Interval, mean_interval, paired_difference, solved_share
+from projects.lisa.analysis.statistics import Interval, mean_interval, mean_std, paired_difference, solved_share
+
+
+def test_mean_std_is_the_sample_standard_deviation_over_n_minus_one():
+    # mean 75; squared deviations 4, 0, 4: s = sqrt(8 / 2) = 2 (sqrt(8 / 3) = 1.63 over n)
+    assert mean_std([73.0, 75.0, 77.0]) == (75.0, 2.0)
+    mean, std = mean_std([7.0])
+    assert mean == 7.0 and math.isnan(std)
+    with pytest.raises(ValueError, match='no values'):
+        mean_std([])
 
 
 def test_mean_interval_of_four_values():

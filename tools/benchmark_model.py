@@ -75,17 +75,17 @@ from projects.lisa.analysis.model_benchmark import (
     ATTENTIONS,
     DENSE,
     PATCH,
-    MiB,
-    count_dense_flops,
+    add_dense_flops,
     dense_table,
-    measure,
-    measure_dense,
+    measure_families,
+    measure_sizes,
     merge_processes,
     table,
+    write_results,
 )
 from projects.lisa.models.attention import ops
 
-CONFIGS = Path(__file__).resolve().parents[1] / 'configs' / 'segmentation'  # the configs of DENSE
+CONFIGS = Path(__file__).resolve().parents[1] / 'configs'  # the configs of the paper's models
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -147,16 +147,10 @@ def main(argv=None) -> None:
              f'median of up to {args.repeats} runs after {args.warmup} warm-up (the memory run first); '
              f'LiSA operators: backend {ops.resolve(None, torch.empty(0, device=device))!r}')
     print(title, flush=True)
-    rows = []
-    for size in args.img_sizes:
-        for row in measure(size, args.attentions, device, args.warmup - 1, args.repeats, args.budget):
-            rows.append(row)
-            print(f"  {row['attention']:8s} {size:5d}² ({row['tokens']:6d} tokens): fwd {row['fwd_ms']:.1f} ms, "
-                  f"train {row['train_ms']:.1f} ms, saved {row['saved'] / MiB:.1f} MiB"
-                  + (f", peak {row['peak'] / MiB:.1f} MiB" if 'peak' in row else ''), flush=True)
+    rows = measure_sizes(args.img_sizes, args.attentions, device, args.warmup - 1, args.repeats, args.budget)
     report = table(rows)
     print(report)
-    write(args, 'benchmark_model', title, rows, report)
+    write_results(args.out, 'benchmark_model', title, rows, report, args.markdown)
     loglog_plot(rows, 'attention', 'tokens', {'train_ms': 'train step', 'fwd_ms': 'forward'},
                 {'saved': 'saved', 'peak': 'peak'}, args.out / 'benchmark_model.png', title,
                 'memory of a training step (MiB)')
@@ -191,34 +185,16 @@ def dense_main(args, device: torch.device, device_name: str) -> None:
     if args.processes > 1:
         rows = merge_processes(measure_in_processes(args))
     else:
-        rows = []
-        for family in args.families:
-            for row in measure_dense(family, CONFIGS, device, args.batch, args.train_size, args.infer_size,
-                                     args.warmup, args.repeats, args.budget):
-                rows.append(row)
-                print(f"  {row['model']:15s} train {row['train_cpu_ms']:.0f} ms CPU, {row['train_wall_ms']:.0f} ms "
-                      f"wall; inference {row['infer_cpu_ms']:.0f} ms CPU, {row['infer_wall_ms']:.0f} ms wall",
-                      flush=True)
+        rows = measure_families(args.families, CONFIGS, device, args.batch, args.train_size, args.infer_size,
+                                args.warmup, args.repeats, args.budget)
     if not args.no_flops:
-        flops = {name: f for family in args.families
-                 for name, f in count_dense_flops(family, CONFIGS, args.train_size, args.infer_size).items()}
-        for row in rows:
-            row['train_flops'], row['infer_flops'] = flops[row['model']]
+        add_dense_flops(rows, CONFIGS, args.train_size, args.infer_size)
     report = (dense_table(rows, args.train_size, args.infer_size)
               + f'\n\nload average at the end: {os.getloadavg()[0]:.2f}')
     print(report)
-    write(args, 'benchmark_dense', title, rows, report)
+    write_results(args.out, 'benchmark_dense', title, rows, report, args.markdown)
     print(f'saved {args.out}/benchmark_dense.{{json,md}}')
 
-
-def write(args, name: str, title: str, rows: list[dict], report: str) -> None:
-    """``NAME.json`` and ``NAME.md`` under ``--out``; the markdown also to ``--markdown``."""
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f'{name}.json').write_text(json.dumps({'setting': title, 'rows': rows}, indent=1))
-    (args.out / f'{name}.md').write_text(title + '\n\n' + report + '\n')
-    if args.markdown is not None:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(title + '\n\n' + report + '\n')
 
 if __name__ == '__main__':
     main()

@@ -28,7 +28,6 @@ Progress lines are shown; the full logs, checkpoints and metrics are kept under 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -39,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from projects.lisa.analysis import baselines
-from projects.lisa.analysis.results import read_work_dir
+from projects.lisa.analysis.scalars import scalars_files, values
 
 ROOT = Path(__file__).resolve().parents[1]
 CLS_CONFIG = 'configs/classification/demo/pvt-tiny_lisa_1xb8-2e_synthetic-imagenet-64px.py'
@@ -57,9 +56,6 @@ STAGES = {
     'Semantic FPN': ('fpn_lisa-pvt-t', 'mIoU', 'ade/ADEChallengeData2016'),
     'Mask R-CNN': ('mask-rcnn_lisa-pvt-t', 'box AP', 'coco'),
 }
-CHANCE = {'classifier': baselines.classification_baseline,
-          'Semantic FPN': lambda root: baselines.segmentation_baseline(root)['mIoU'],
-          'Mask R-CNN': lambda root: baselines.detection_baseline(root)['box AP']}
 
 
 def mim() -> str:
@@ -105,20 +101,6 @@ def run(tag: str, cmd: list[str], log: Path, threads: int = 1, echo: bool = Fals
               f'(log: {rel(log)})', flush=True)
 
 
-def last_checkpoint(work_dir: Path) -> str:
-    """The checkpoint MMEngine's ``CheckpointHook`` saved last in ``work_dir``."""
-    return (work_dir / 'last_checkpoint').read_text().strip()
-
-
-def training_loss(work_dir: Path) -> tuple[float, float]:
-    """First and last logged training loss of the latest run in ``work_dir`` (MMEngine's scalars)."""
-    runs = sorted(work_dir.glob('*/vis_data/scalars.json'))
-    if not runs:
-        raise StepFailed(f'no training log found under {work_dir}')
-    losses = [entry['loss'] for entry in map(json.loads, runs[-1].read_text().splitlines()) if 'loss' in entry]
-    return losses[0], losses[-1]
-
-
 def rel(path: str | Path) -> str:
     """``path`` as the commands see it: relative to the repository root when inside it."""
     path = Path(ROOT, path)
@@ -134,11 +116,14 @@ def train_and_test(tag: str, library: str, config: str, work_dir: Path, threads:
     """``mim train`` the config, ``mim test`` its last checkpoint; the checkpoint, loss and time."""
     start = time.monotonic()
     run(tag, [mim(), 'train', library, config, '--work-dir', rel(work_dir)], work_dir / 'train.log', threads)
-    checkpoint = last_checkpoint(work_dir)
+    checkpoint = (work_dir / 'last_checkpoint').read_text().strip()  # what MMEngine's CheckpointHook saved last
     run(tag, [mim(), 'test', library, config, '--checkpoint', rel(checkpoint), '--work-dir', rel(work_dir / 'test')],
         work_dir / 'test.log', threads)
-    first, last = training_loss(work_dir)
-    return dict(checkpoint=checkpoint, loss=f'{first:.2f} -> {last:.2f}', seconds=time.monotonic() - start)
+    logs = scalars_files(work_dir)  # the training's; the test's lie under work_dir/test/
+    if not logs:
+        raise StepFailed(f'no training log found under {work_dir}')
+    losses = values(logs[-1], 'loss')
+    return dict(checkpoint=checkpoint, loss=f'{losses[0]:.2f} -> {losses[-1]:.2f}', seconds=time.monotonic() - start)
 
 
 def dense_pretrained() -> str:
@@ -149,24 +134,17 @@ def dense_pretrained() -> str:
 
 def judged(work: Path, data: Path) -> list[baselines.Judged]:
     """Each stage's test metric (its ``mim test`` under ``<work dir>/test``) beside its chance baseline."""
-    results = []
-    for stage, (work_dir, metric, root) in STAGES.items():
-        test_dir = work / work_dir / 'test'
-        run = read_work_dir(test_dir) if test_dir.is_dir() else None
-        if run is None or metric not in run.metrics:
-            raise StepFailed(f'[{stage}] no {metric} in a test result under {test_dir}')
-        results.append(baselines.Judged(stage, metric, run.metrics[metric], CHANCE[stage](data / root)))
-    return results
+    return [baselines.judge_test(stage, work / work_dir / 'test', metric, data / root)
+            for stage, (work_dir, metric, root) in STAGES.items()]
 
 
 def judge(results: list[baselines.Judged]) -> None:
     """Print every stage beside its baseline; exit non-zero naming the stages that do not clear it."""
     for result in results:
         print(result, flush=True)
-    failed = [r.stage for r in results if not r.passed]
-    if failed:
-        sys.exit(f'demo failed: {", ".join(failed)} did not clear its chance baseline by the margin '
-                 f'(at least {baselines.FACTOR:g}x the baseline and {baselines.MARGIN:g} points above it)')
+    shortfall = baselines.shortfall(results)
+    if shortfall:
+        sys.exit(f'demo failed: {shortfall}')
 
 
 def main() -> None:
@@ -204,7 +182,7 @@ def main() -> None:
                         '--markdown', rel(work / 'results.md'), '--json', rel(work / 'results.json')],
             work / 'collect_results.log', echo=True)
         judgements = judged(work, ROOT / args.data)
-    except StepFailed as error:
+    except (StepFailed, baselines.MissingResult) as error:
         sys.exit(str(error))
     print(f'Training loss (first -> last logged): classifier {cls["loss"]}, Semantic FPN {seg["loss"]}, '
           f'Mask R-CNN {det["loss"]}. Mask R-CNN trains {DET_DATA["num_train"] * 12 // 4} iterations here '

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from projects.lisa.analysis.flops import PAPER_GFLOPS, Complexity, config_complexity
+from projects.lisa.analysis.flops import Complexity, config_complexity
+from projects.lisa.analysis.paper import PAPER_GFLOPS, PAPER_MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'
@@ -74,19 +75,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def paper_reading(results: dict[str, Complexity]) -> list[str]:
     """Paragraphs comparing the counted Tables 3-4 rows with the paper's, from this run's figures."""
-    names = {'seg': 'segmentation/fpn_{}_8xb4-40k_ade20k-512x512.py',
-             'uper': 'segmentation/upernet_{}_8xb2-160k_ade20k-512x512.py',
-             'det': 'detection/mask-rcnn_{}_fpn_1x_coco.py'}
-    rows = {'seg': ('pvt-t', 'flatten-pvt-t', 'lisa-pvt-t'), 'uper': ('swin-t', 'flatten-swin-t', 'lisa-swin-t'),
-            'det': ('pvt-t', 'lisa-pvt-t')}
+    methods = {'seg': 'S-FPN', 'uper': 'UperNet', 'det': 'Mask R-CNN'}
+    rows = {'seg': ('PVT-T', 'FLatten-PVT-T', 'LiSA-PVT-T'), 'uper': ('Swin-T', 'FLatten-Swin-T', 'LiSA-Swin-T'),
+            'det': ('PVT-T', 'LiSA-PVT-T')}
+    models = {m.name: m for m in PAPER_MODELS}
     ours, paper = {}, {}
-    for table, models in rows.items():
-        for model in models:
-            key = names[table].format(model)
-            if key not in results:
+    for table, backbones in rows.items():
+        for backbone in backbones:
+            model = models[f'{methods[table]} {backbone}']
+            if model.config not in results:
                 return []  # the reading needs every row
-            ours[table, model] = results[key].flops / 1e9
-            paper[table, model] = PAPER_GFLOPS[key]
+            ours[table, backbone] = results[model.config].flops / 1e9
+            paper[table, backbone] = model.gflops
 
     def diff(table: str, a: str, b: str) -> str:
         return (f'{ours[table, a] - ours[table, b]:+.1f}G here, '
@@ -94,24 +94,24 @@ def paper_reading(results: dict[str, Complexity]) -> list[str]:
 
     return [
         '## Reading the table against the paper',
-        f'The softmax baselines and the Swin rows match the paper (Semantic FPN + PVT-T {ours["seg", "pvt-t"]:.1f}G '
-        f'vs {paper["seg", "pvt-t"]}G, UperNet + Swin-T {ours["uper", "swin-t"]:.1f}G vs '
-        f'{paper["uper", "swin-t"]}G), so the paper counted its baseline rows in this convention.',
-        f'The FLatten-PVT-T and LiSA-PVT-T rows do not ({ours["seg", "flatten-pvt-t"]:.1f}G and '
-        f'{ours["seg", "lisa-pvt-t"]:.1f}G here, {paper["seg", "flatten-pvt-t"]}G and '
-        f'{paper["seg", "lisa-pvt-t"]}G in the paper). FLatten\'s PVT, which the LiSA paper follows, puts linear '
+        f'The softmax baselines and the Swin rows match the paper (Semantic FPN + PVT-T {ours["seg", "PVT-T"]:.1f}G '
+        f'vs {paper["seg", "PVT-T"]}G, UperNet + Swin-T {ours["uper", "Swin-T"]:.1f}G vs '
+        f'{paper["uper", "Swin-T"]}G), so the paper counted its baseline rows in this convention.',
+        f'The FLatten-PVT-T and LiSA-PVT-T rows do not ({ours["seg", "FLatten-PVT-T"]:.1f}G and '
+        f'{ours["seg", "LiSA-PVT-T"]:.1f}G here, {paper["seg", "FLatten-PVT-T"]}G and '
+        f'{paper["seg", "LiSA-PVT-T"]}G in the paper). FLatten\'s PVT, which the LiSA paper follows, puts linear '
         'attention in all four stages without spatial reduction (sr = 1). That drops the QK^T and AV products '
         'of PVT\'s spatial-reduction attention and adds only full-resolution K/V projections, the d x d '
         'products and the 5x5 depthwise convolution, so the count falls below softmax PVT-T\'s: no sr = 1 '
-        f'architecture gives {paper["seg", "flatten-pvt-t"]}G, and no published FLatten-PVT variant does. '
+        f'architecture gives {paper["seg", "FLatten-PVT-T"]}G, and no published FLatten-PVT variant does. '
         'The paper\'s two rows most likely come from FLatten\'s own paper or another counter (e.g. one that adds '
         'spatial-reduction attention\'s analytic FLOPs for every attention). The Mask R-CNN row has the same '
-        f'cause: LiSA-PVT-T {ours["det", "lisa-pvt-t"]:.1f}G here, below PVT-T\'s {ours["det", "pvt-t"]:.1f}G, '
-        f'against {paper["det", "lisa-pvt-t"]}G in the paper (PVT-T {paper["det", "pvt-t"]}G).',
+        f'cause: LiSA-PVT-T {ours["det", "LiSA-PVT-T"]:.1f}G here, below PVT-T\'s {ours["det", "PVT-T"]:.1f}G, '
+        f'against {paper["det", "LiSA-PVT-T"]}G in the paper (PVT-T {paper["det", "PVT-T"]}G).',
         'The comparable figures are the differences within one architecture. LiSA - FLatten: '
-        f'{diff("seg", "lisa-pvt-t", "flatten-pvt-t")} (PVT-T Semantic FPN); '
-        f'{diff("uper", "lisa-swin-t", "flatten-swin-t")} (Swin-T UperNet). '
-        f'FLatten - Swin: {diff("uper", "flatten-swin-t", "swin-t")}, so the sign differs where ours is '
+        f'{diff("seg", "LiSA-PVT-T", "FLatten-PVT-T")} (PVT-T Semantic FPN); '
+        f'{diff("uper", "LiSA-Swin-T", "FLatten-Swin-T")} (Swin-T UperNet). '
+        f'FLatten - Swin: {diff("uper", "FLatten-Swin-T", "Swin-T")}, so the sign differs where ours is '
         'negative: here the linear attention of stages 1-2 (d x d products, depthwise conv) costs less than the '
         '7x7 windows\' QK^T and AV products it replaces; the paper does not say what it counted.',
     ]

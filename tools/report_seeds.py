@@ -13,20 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import sys
 from pathlib import Path
 
-
-def run_metric(run: Path, metric: str, reduce: str) -> float:
-    """The metric of one run (``run/<timestamp>/vis_data/scalars.json``, newest first)."""
-    for log in sorted(run.glob('*/vis_data/scalars.json'), key=lambda p: p.parent.parent.name, reverse=True):
-        values = [entry[metric] for line in log.read_text().splitlines() if line.strip()
-                  for entry in [json.loads(line)] if metric in entry]
-        if values:
-            return values[-1] if reduce == 'last' else max(values)
-    raise FileNotFoundError(f'no {metric!r} in any {run}/*/vis_data/scalars.json')
+from projects.lisa.analysis.scalars import run_metric
+from projects.lisa.analysis.statistics import mean_std
 
 
 def summarise(work_dir: Path, metric: str, reduce: str) -> dict:
@@ -36,8 +27,9 @@ def summarise(work_dir: Path, metric: str, reduce: str) -> dict:
     if not runs:
         raise FileNotFoundError(f'{work_dir} holds no seed<S> run folders')
     values = [run_metric(r, metric, reduce) for r in runs]
-    return dict(config=work_dir.name, seeds=[int(r.name[len('seed'):]) for r in runs], values=values,
-                mean=statistics.fmean(values), std=statistics.stdev(values) if len(values) > 1 else math.nan)
+    mean, std = mean_std(values)
+    return dict(config=work_dir.name, seeds=[int(r.name[len('seed'):]) for r in runs], values=values, mean=mean,
+                std=std)
 
 
 def markdown(rows: list[dict], metric: str) -> str:

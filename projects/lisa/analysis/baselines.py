@@ -8,7 +8,8 @@ stage's ``mim test`` reports (percent):
 - detection box AP: boxes at random places, with sizes and classes drawn from the training boxes,
   scored by pycocotools' ``COCOeval`` (the evaluator of mmdet's ``CocoMetric``).
 
-A stage clears its baseline when ``metric >= max(FACTOR * baseline, baseline + MARGIN)``.
+A stage clears its baseline when ``metric >= max(FACTOR * baseline, baseline + MARGIN)``
+(:class:`Judged`); :func:`judge_test` reads a stage's metric from its ``mim test`` result.
 """
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ import contextlib
 import io
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .results import read_work_dir
 
 FACTOR = 2.0
 MARGIN = 10.0  # percentage points
@@ -172,3 +176,34 @@ class Judged:
         verdict = 'clears it' if self.passed else 'FAILS'
         return (f'{self.stage}: {self.metric} {self.value:.2f}, chance {self.baseline:.2f}; '
                 f'needs {self.needed:.2f} (max of {FACTOR:g}x and +{MARGIN:g} points): {verdict}')
+
+
+#: The chance baseline of each judged metric, from the root of the stage's dataset.
+CHANCE = {'top-1': classification_baseline,
+          'mIoU': lambda root: segmentation_baseline(root)['mIoU'],
+          'box AP': lambda root: detection_baseline(root)['box AP']}
+
+
+class MissingResult(FileNotFoundError):
+    """No test result of a stage holds the metric it is judged by."""
+
+
+def judge_test(stage: str, test_dir: Path, metric: str, data_root: Path) -> Judged:
+    """``stage``'s ``metric`` in its ``mim test`` result under ``test_dir`` (:func:`.results.read_work_dir`)
+    beside the chance baseline (:data:`CHANCE`) of its dataset at ``data_root``.
+
+    Raises :class:`MissingResult` naming the stage when no test result there holds the metric.
+    """
+    run = read_work_dir(test_dir) if test_dir.is_dir() else None
+    if run is None or metric not in run.metrics:
+        raise MissingResult(f'[{stage}] no {metric} in a test result under {test_dir}')
+    return Judged(stage, metric, run.metrics[metric], CHANCE[metric](data_root))
+
+
+def shortfall(results: Sequence[Judged]) -> str | None:
+    """None when every stage clears its baseline, else the sentence naming those that do not."""
+    failed = [r.stage for r in results if not r.passed]
+    if not failed:
+        return None
+    return (f'{", ".join(failed)} did not clear its chance baseline by the margin '
+            f'(at least {FACTOR:g}x the baseline and {MARGIN:g} points above it)')

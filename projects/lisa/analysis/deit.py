@@ -31,11 +31,6 @@ DEIT_TINY_ATTENTIONS = {
     'flatten': dict(type='flatten'),
     'lisa': dict(type='lisa', num_steps=3),
 }
-# LiSA supp. Table 13 (GPU and batch not stated): tokens -> attention -> (latency ms, peak memory MB).
-PAPER_TABLE13 = {
-    197: {'softmax': (3.50, None), 'flatten': (7.15, None), 'lisa': (13.53, None)},
-    16385: {'softmax': (898.92, 50281.7), 'flatten': (91.84, 1605.2), 'lisa': (161.71, 3409.1)},
-}
 
 
 class PatchEmbed(nn.Module):

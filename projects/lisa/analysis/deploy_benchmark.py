@@ -31,22 +31,10 @@ from pathlib import Path
 import torch
 
 from .benchmark import median_times
+from .paper import paper_models
 
 #: name -> config (under ``configs/``) of the dense models of the paper's Tables 3 and 4.
-MODELS = {
-    'S-FPN PVT-T': 'segmentation/fpn_pvt-t_8xb4-40k_ade20k-512x512.py',
-    'S-FPN FLatten-PVT-T': 'segmentation/fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py',
-    'S-FPN LiSA-PVT-T': 'segmentation/fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py',
-    'UperNet Swin-T': 'segmentation/upernet_swin-t_8xb2-160k_ade20k-512x512.py',
-    'UperNet FLatten-Swin-T': 'segmentation/upernet_flatten-swin-t_8xb2-160k_ade20k-512x512.py',
-    'UperNet LiSA-Swin-T': 'segmentation/upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py',
-    'Mask R-CNN PVT-T': 'detection/mask-rcnn_pvt-t_fpn_1x_coco.py',
-    'Mask R-CNN FLatten-PVT-T': 'detection/mask-rcnn_flatten-pvt-t_fpn_1x_coco.py',
-    'Mask R-CNN LiSA-PVT-T': 'detection/mask-rcnn_lisa-pvt-t_fpn_1x_coco.py',
-    'Mask R-CNN Swin-T': 'detection/mask-rcnn_swin-t_fpn_1x_coco.py',
-    'Mask R-CNN FLatten-Swin-T': 'detection/mask-rcnn_flatten-swin-t_fpn_1x_coco.py',
-    'Mask R-CNN LiSA-Swin-T': 'detection/mask-rcnn_lisa-swin-t_fpn_1x_coco.py',
-}
+MODELS = {m.name: m.config for table in ('Table 3', 'Table 4') for m in paper_models(table)}
 
 MB = 1e6
 #: The timed sides of :func:`latency`.

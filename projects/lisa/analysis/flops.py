@@ -7,7 +7,8 @@ norms and upsampling are counted, element-wise operations are not.
 Segmentation is measured at a 2048x512 input, detection at 1280x800
 (:data:`PAPER_INPUT_HW`), through the network forward as the mm ``get_flops``
 tools trace it. Counted so, the mm packages' own softmax baselines reproduce the
-paper's baseline rows (``docs/flops.md``, written by ``tools/get_flops.py``).
+paper's baseline rows (:data:`.paper.PAPER_GFLOPS`; ``docs/flops.md``, written by
+``tools/get_flops.py``).
 
 The analyzer sees three operations of our models only as names, so this
 module adds a handle for each (:data:`FLOP_HANDLES`):
@@ -48,27 +49,6 @@ from torch import nn
 
 #: Input (H, W) of the paper's FLOPs per OpenMMLab scope.
 PAPER_INPUT_HW = {'mmseg': (512, 2048), 'mmdet': (800, 1280)}
-
-#: GFLOPs of LiSA's Table 3 (ADE20K) and Table 4 (COCO), by config file of ``configs/`` (and BiFormer's for Table 2).
-PAPER_GFLOPS = {
-    'segmentation/fpn_pvt-t_8xb4-40k_ade20k-512x512.py': 158,
-    'segmentation/fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py': 169,
-    'segmentation/fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py': 170,
-    'segmentation/upernet_swin-t_8xb2-160k_ade20k-512x512.py': 945,
-    'segmentation/upernet_flatten-swin-t_8xb2-160k_ade20k-512x512.py': 946,
-    'segmentation/upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py': 947,
-    'detection/mask-rcnn_pvt-t_fpn_1x_coco.py': 240,
-    'detection/mask-rcnn_flatten-pvt-t_fpn_1x_coco.py': None,  # not in the paper
-    'detection/mask-rcnn_lisa-pvt-t_fpn_1x_coco.py': 245,
-    'detection/mask-rcnn_swin-t_fpn_1x_coco.py': 267,
-    'detection/mask-rcnn_flatten-swin-t_fpn_1x_coco.py': None,  # not in the paper
-    'detection/mask-rcnn_lisa-swin-t_fpn_1x_coco.py': 269,
-    # Table 2 gives no FLOPs: BiFormer's published figures at 224 (rayleizhu/BiFormer), LiSA rows not given
-    **{f'classification/biformer-{size}_{row}_8xb128_in1k.py': gflops if row == 'bra' else None
-       for size, gflops in (('tiny', 2.2), ('small', 4.5), ('base', 9.8)) for row in ('bra', 'lisa')},
-    'segmentation/fpn_biformer-s_8xb4-80k_ade20k-512x512.py': None,
-    'segmentation/fpn_lisa-biformer-s_8xb4-80k_ade20k-512x512.py': None,
-}
 
 
 def _batch(shape: Sequence[int]) -> int:

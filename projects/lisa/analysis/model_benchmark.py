@@ -7,20 +7,24 @@
   backward; :func:`.benchmark.saved_tensor_bytes`) and on CUDA ``peak``. :func:`table` adds the
   ratios to FLatten of the same size and the paper's figures.
 * **Dense models**: the parts of the Table 3 segmentation models that the attention changes
-  (:data:`DENSE`: backbone + FPN neck of Semantic FPN with PVT-T, FLatten-PVT-T, LiSA-PVT-T; the
-  UperNet backbones Swin-T, FLatten-Swin-T, LiSA-Swin-T), built from their configs with random
+  (:data:`DENSE`, :func:`dense_configs`: backbone + FPN neck of Semantic FPN with PVT-T, FLatten-PVT-T,
+  LiSA-PVT-T; the UperNet backbones Swin-T, FLatten-Swin-T, LiSA-Swin-T), built from their configs with random
   weights (:class:`DenseParts`, needs mmengine, mmcv and mmseg): wall and CPU time of a training
-  step and of inference (:func:`measure_dense`), the FLOPs counted (:func:`count_dense_flops`),
+  step and of inference (:func:`measure_dense`, :func:`measure_families`), the FLOPs counted
+  (:func:`count_dense_flops`, :func:`add_dense_flops`),
   tables of the ratios to the softmax model and to FLatten of the same family
   (:func:`dense_table`, over several processes :func:`merge_processes`).
 
 The models of one comparison take turns run by run (:func:`.benchmark.median_times`), so a change
-of the machine's load hits them alike. ``tools/benchmark_model.py`` is the command line.
+of the machine's load hits them alike. :func:`write_results` writes the rows and the table;
+``tools/benchmark_model.py`` is the command line.
 """
 from __future__ import annotations
 
+import functools
+import json
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -28,11 +32,14 @@ from torch import nn
 
 from .benchmark import cuda_peak_bytes, median_seconds, median_times, saved_tensor_bytes
 from .deit import DEIT_TINY_ATTENTIONS as ATTENTIONS
-from .deit import PAPER_TABLE13 as PAPER
 from .deit import DeiT
+from .paper import TABLE_13 as PAPER
+from .paper import paper_models
 
 PATCH = 16
 MiB = 2 ** 20
+#: Where a measurement's lines go as they are measured: printed at once.
+LOG = functools.partial(print, flush=True)
 
 
 def build_model(attention: str, img_size: int, device: torch.device) -> nn.Module:
@@ -85,6 +92,19 @@ def measure(img_size: int, attentions: Sequence[str], device: torch.device, warm
     return list(rows.values())
 
 
+def measure_sizes(img_sizes: Sequence[int], attentions: Sequence[str], device: torch.device, warmup: int = 1,
+                  repeats: int = 5, budget_s: float = 60.0, log: Callable[[str], object] = LOG) -> list[dict]:
+    """The rows of :func:`measure` at every size, each passed to ``log`` as a line once measured."""
+    rows = []
+    for size in img_sizes:
+        for row in measure(size, attentions, device, warmup, repeats, budget_s):
+            rows.append(row)
+            log(f"  {row['attention']:8s} {size:5d}² ({row['tokens']:6d} tokens): fwd {row['fwd_ms']:.1f} ms, "
+                f"train {row['train_ms']:.1f} ms, saved {row['saved'] / MiB:.1f} MiB"
+                + (f", peak {row['peak'] / MiB:.1f} MiB" if 'peak' in row else ''))
+    return rows
+
+
 def table(rows: list[dict]) -> str:
     """Markdown table with the ratios to FLatten at the same size and the paper's figures."""
     memory = 'peak' if any('peak' in r for r in rows) else 'saved'
@@ -111,17 +131,16 @@ def table(rows: list[dict]) -> str:
     return '\n'.join(lines)
 
 
-# family -> (what is measured, parts of the model, {model: config}); the first model is the softmax baseline.
+# family -> (what is measured, parts of the model, the segmentor of its Table 3 models in :data:`.paper.PAPER_MODELS`)
 DENSE = {
-    'pvt': ('Semantic FPN backbone + neck', ('backbone', 'neck'), {
-        'PVT-T': 'fpn_pvt-t_8xb4-40k_ade20k-512x512.py',
-        'FLatten-PVT-T': 'fpn_flatten-pvt-t_8xb4-40k_ade20k-512x512.py',
-        'LiSA-PVT-T': 'fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'}),
-    'swin': ('UperNet backbone', ('backbone', ), {
-        'Swin-T': 'upernet_swin-t_8xb2-160k_ade20k-512x512.py',
-        'FLatten-Swin-T': 'upernet_flatten-swin-t_8xb2-160k_ade20k-512x512.py',
-        'LiSA-Swin-T': 'upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py'}),
+    'pvt': ('Semantic FPN backbone + neck', ('backbone', 'neck'), 'S-FPN'),
+    'swin': ('UperNet backbone', ('backbone', ), 'UperNet'),
 }
+
+
+def dense_configs(family: str) -> dict[str, str]:
+    """Backbone -> config (under ``configs/``) of the family's Table 3 models, the softmax baseline first."""
+    return {m.backbone: m.config for m in paper_models('Table 3', DENSE[family][2])}
 
 
 class DenseParts(nn.Module):
@@ -172,16 +191,32 @@ class DenseBench:
 def measure_dense(family: str, config_dir: Path, device: torch.device, batch: int = 1,
                   train_size: Sequence[int] = (512, 512), infer_size: Sequence[int] = (512, 2048), warmup: int = 2,
                   repeats: int = 5, budget_s: float = 60.0) -> list[dict]:
-    """Rows of the models of one family (their configs under ``config_dir``); their runs take turns."""
-    what, parts, configs = DENSE[family]
+    """Rows of the models of one family (``config_dir``: the ``configs/`` folder; a row's ``'config'`` is
+    its file name); their runs take turns."""
+    what, parts, _ = DENSE[family]
+    configs = dense_configs(family)
     benches = {name: DenseBench(Path(config_dir) / cfg, parts, device, batch, train_size, infer_size)
                for name, cfg in configs.items()}
     timing = dict(warmup=warmup, repeats=repeats, budget_s=budget_s)
     train = median_times({n: b.train_step for n, b in benches.items()}, device, **timing)
     infer = median_times({n: b.infer for n, b in benches.items()}, device, **timing)
-    return [{'family': family, 'measured': what, 'model': name, 'config': configs[name],
+    return [{'family': family, 'measured': what, 'model': name, 'config': Path(configs[name]).name,
              **{f'train_{c}_ms': 1e3 * t for c, t in train[name].items()},
              **{f'infer_{c}_ms': 1e3 * t for c, t in infer[name].items()}} for name in configs]
+
+
+def measure_families(families: Sequence[str], config_dir: Path, device: torch.device, batch: int = 1,
+                     train_size: Sequence[int] = (512, 512), infer_size: Sequence[int] = (512, 2048),
+                     warmup: int = 2, repeats: int = 5, budget_s: float = 60.0,
+                     log: Callable[[str], object] = LOG) -> list[dict]:
+    """The rows of :func:`measure_dense` of every family, each passed to ``log`` as a line once measured."""
+    rows = []
+    for family in families:
+        for row in measure_dense(family, config_dir, device, batch, train_size, infer_size, warmup, repeats, budget_s):
+            rows.append(row)
+            log(f"  {row['model']:15s} train {row['train_cpu_ms']:.0f} ms CPU, {row['train_wall_ms']:.0f} ms "
+                f"wall; inference {row['infer_cpu_ms']:.0f} ms CPU, {row['infer_wall_ms']:.0f} ms wall")
+    return rows
 
 
 def count_dense_flops(family: str, config_dir: Path, train_size: Sequence[int] = (512, 512),
@@ -189,13 +224,21 @@ def count_dense_flops(family: str, config_dir: Path, train_size: Sequence[int] =
     """Counted FLOPs of each model's forward of one image at ``train_size`` and at ``infer_size``."""
     from .flops import model_complexity  # mmengine's counter: only the dense models need mm
 
-    _, parts, configs = DENSE[family]
     flops = {}
-    for name, cfg in configs.items():
-        model = DenseParts(Path(config_dir) / cfg, parts).eval()
+    for name, cfg in dense_configs(family).items():
+        model = DenseParts(Path(config_dir) / cfg, DENSE[family][1]).eval()
         flops[name] = tuple(model_complexity(model, (torch.randn(1, 3, *size), )).flops
                             for size in (train_size, infer_size))
     return flops
+
+
+def add_dense_flops(rows: list[dict], config_dir: Path, train_size: Sequence[int] = (512, 512),
+                    infer_size: Sequence[int] = (512, 2048)) -> None:
+    """Set each row's ``train_flops`` and ``infer_flops`` (:func:`count_dense_flops`, once per family)."""
+    flops = {name: f for family in dict.fromkeys(r['family'] for r in rows)
+             for name, f in count_dense_flops(family, config_dir, train_size, infer_size).items()}
+    for row in rows:
+        row['train_flops'], row['infer_flops'] = flops[row['model']]
 
 
 TIMES = tuple(f'{kind}_{clock}_ms' for kind in ('train', 'infer') for clock in ('cpu', 'wall'))
@@ -263,3 +306,15 @@ def flops_table(rows: list[dict], train: str, infer: str) -> str:
             lines.append(f"| {r['model']} | {r['train_flops'] / 1e9:.1f} / {r['infer_flops'] / 1e9:.1f} | "
                          f"{ratio(r, base)} | {ratio(r, flatten)} |")
     return '\n'.join(lines)
+
+
+def write_results(out: Path, name: str, setting: str, rows: list[dict], report: str,
+                  markdown: Path | None = None) -> None:
+    """``NAME.json`` (``setting`` and ``rows``) and ``NAME.md`` (``setting`` and ``report``) under ``out``;
+    the markdown also to ``markdown``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f'{name}.json').write_text(json.dumps({'setting': setting, 'rows': rows}, indent=1))
+    for path in (out / f'{name}.md', markdown):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(setting + '\n\n' + report + '\n')

@@ -35,6 +35,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .paper import TABLE_13
+from .scalars import SCALARS, last_entry
+from .statistics import mean_std
+
 # Our metric names -> (the key MMEngine logs, the factor to percent).
 METRICS: dict[str, tuple[str, float]] = {
     'top-1': ('accuracy/top1', 1.0),
@@ -188,11 +192,6 @@ TABLES = {
     'Table 13': ('DeiT-T, batch 1 (tools/benchmark_model.py): latency of a training step (ms), memory (MiB: '
                  'CUDA peak, on the CPU the bytes saved for backward)'),
 }
-TABLE_13: dict[int, dict[str, tuple[float, float | None]]] = {
-    197: {'softmax': (3.50, None), 'flatten': (7.15, None), 'lisa': (13.53, None)},
-    16385: {'softmax': (898.92, 50281.7), 'flatten': (91.84, 1605.2), 'lisa': (161.71, 3409.1)},
-}
-"""Supp. Table 13 (GPU and batch not stated): tokens -> attention -> (latency ms, peak memory MB)."""
 
 
 def parse_config_name(name: str) -> tuple[str, str]:
@@ -241,13 +240,8 @@ def _test_metrics(run_dir: Path) -> dict[str, float]:
 
 
 def _val_metrics(run_dir: Path) -> dict[str, float]:
-    path = run_dir / 'vis_data' / 'scalars.json'
-    metrics: dict[str, float] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            found = _percent(json.loads(line)) if line.strip() else {}
-            metrics = found or metrics  # the last validation
-    return metrics
+    path = run_dir / SCALARS
+    return _percent(last_entry(path, (key for key, _ in METRICS.values()))) if path.is_file() else {}
 
 
 def _config_of(work_dir: Path, run_dir: Path) -> str | None:
@@ -272,7 +266,7 @@ def read_work_dir(work_dir: Path) -> Run | None:
             metrics = read(run_dir)
             config = _config_of(work_dir, run_dir) if metrics else None
             if config:
-                source = run_dir / (f'{run_dir.name}.json' if kind == 'test' else 'vis_data/scalars.json')
+                source = run_dir / (f'{run_dir.name}.json' if kind == 'test' else SCALARS)
                 return Run(config, work_dir, metrics, source, kind)
     return None
 
@@ -316,14 +310,6 @@ class Entry:
         return self.ours - self.paper
 
 
-def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (``ddof=1``; None for a single value)."""
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, None
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-
-
 def matches(row: Row, run: Run) -> bool:
     """Whether ``run``'s config is one of ``row``'s (model key and data, a generated dataset standing in)."""
     key, data = parse_config_name(run.config)
@@ -352,7 +338,8 @@ def compare(runs: Sequence[Run], rows: Sequence[Row | Gain] = ROWS) -> list[Entr
             entry = Entry(row.table, row.label, metric, value, row.paper_std.get(metric))
             values = [run.metrics[metric] for run in chosen if metric in run.metrics]
             if values:
-                entry.ours, entry.ours_std = mean_std(values)
+                entry.ours, std = mean_std(values)
+                entry.ours_std = None if math.isnan(std) else std
                 entry.runs = [str(run.work_dir) for run in chosen if metric in run.metrics]
                 entry.data = ', '.join(sorted({parse_config_name(run.config)[1] for run in chosen}))
                 entry.synthetic = not real

@@ -1,5 +1,7 @@
-"""Means over runs with their confidence intervals, and paired differences between methods.
+"""Means over runs with their spread or confidence intervals, and paired differences between methods.
 
+:func:`mean_std` is the mean and sample standard deviation (``n - 1``) that the paper reports over
+its seeds (Fig. 3) and that ``tools/collect_results.py`` and ``tools/report_seeds.py`` set beside it.
 For ``n`` values with mean ``m`` and sample standard deviation ``s`` the two-sided interval at
 level ``c`` is Student's ``m ± t_{(1 + c) / 2, n - 1} · s / √n``. A comparison of two methods run on
 the same seeds and data draws is paired: the interval is that of the per-run differences
@@ -11,8 +13,6 @@ import math
 import statistics
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-
-from scipy.stats import t as student_t
 
 
 @dataclass(frozen=True)
@@ -36,16 +36,26 @@ class Interval:
         return f'{self.mean:{sign}.{digits}f} [{self.low:{sign}.{digits}f}, {self.high:{sign}.{digits}f}]'
 
 
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of ``values`` and their sample standard deviation (``n - 1``; NaN for one value)."""
+    if not values:
+        raise ValueError('mean_std of no values')
+    mean = statistics.fmean(values)
+    return mean, statistics.stdev(values, mean) if len(values) > 1 else math.nan
+
+
 def mean_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
     """The mean of ``values`` and its Student-t interval at level ``confidence``."""
+    from scipy.stats import t as student_t  # here: mean_std, which results.py uses, needs the standard library alone
+
     if not values:
         raise ValueError('mean_interval of no values')
     if not 0 < confidence < 1:
         raise ValueError(f'confidence={confidence} must lie in (0, 1)')
-    n, mean = len(values), statistics.fmean(values)
+    n, (mean, std) = len(values), mean_std(values)
     if n == 1:
         return Interval(mean, math.nan, math.nan, 1)
-    half = student_t.ppf((1 + confidence) / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    half = student_t.ppf((1 + confidence) / 2, n - 1) * std / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n)
 
 
