@@ -100,8 +100,8 @@ def main() -> None:
     args = parse_args()
     register_all_modules()  # as mmdet's train.py does: also for configs that do not import projects.lisa.registry
     cfg = Config.fromfile(args.config)
-    if legacy_imports(cfg) and os.environ.get('RANK', '0') == '0':
-        print(f'warning: {legacy_imports(cfg)}', file=sys.stderr)
+    if (change := legacy_imports(cfg)) and os.environ.get('RANK', '0') == '0':
+        print(f'warning: {change}', file=sys.stderr)
     cfg.launcher = args.launcher
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)

@@ -10,7 +10,7 @@ and the CPU mixed-precision wrapper into MMEngine's root ``HOOKS`` / ``OPTIM_WRA
 ``torch.load(weights_only=True)``. No other module of the package does any of this on import.
 Code that builds models itself (``tools/train.py``, the tests) calls :func:`register_all_modules`.
 
-``custom_imports=dict(imports=['projects.lisa.registry'])``, what configs wrote before issue 41, imports
+``custom_imports=dict(imports=['projects.lisa'])``, what configs wrote before issue 41, imports
 the package alone, which registers nothing: under ``mim train`` such a config stops with mm's
 "LiSAPVT is not in the mmseg::model registry"; the repo's tools still run it (they register
 explicitly) and say what to change (:func:`legacy_imports`).
