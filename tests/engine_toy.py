@@ -16,6 +16,8 @@ from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, METRICS, MODELS
 from torch.utils.data import Dataset
 
+import projects.lisa.registry  # noqa: F401  (the hooks toy_config names: Config(dict) runs no custom_imports)
+
 #: The dense demo configs start from the demo's pretrained classifier (tools/demo.py writes it); the
 #: engine tests run them on their own, from scratch.
 FROM_SCRATCH = 'model.backbone.init_cfg=None'
@@ -84,7 +86,7 @@ def toy_config(work_dir: str, max_iters: int = 8, interval: int = 2, lr: float =
     ``NonFiniteGuardHook``'s arguments); ``checkpoint``: ``CheckpointHook`` arguments.
     """
     return dict(
-        custom_imports=dict(imports=['projects.lisa', 'engine_toy'], allow_failed_imports=False),
+        custom_imports=dict(imports=['projects.lisa.registry', 'engine_toy'], allow_failed_imports=False),
         model=dict(type='ToyRegressor'),
         work_dir=work_dir,
         train_dataloader=dict(batch_size=4, num_workers=0, dataset=dict(type='ToyRegressionDataset', nan_at=nan_at),

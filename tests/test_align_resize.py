@@ -13,7 +13,7 @@ from mmcv.transforms import Compose
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-import projects.lisa  # noqa: F401  (registers AlignResize)
+import projects.lisa.registry  # noqa: F401  (registers AlignResize)
 from projects.lisa.datasets.transforms import AlignResize
 
 FPN = Path(__file__).resolve().parents[1] / 'configs/segmentation/fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'

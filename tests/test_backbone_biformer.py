@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from test_attention_bra import bra_reference, lepe_reference
 from test_backbone_common import randomise
 
-import projects.lisa  # noqa: F401  (registers the backbones)
+import projects.lisa.registry  # noqa: F401  (registers the backbones)
 from projects.lisa.models.attention import BiLevelRoutingAttention, LePEAttention, LiSAAttention
 from projects.lisa.models.backbones.biformer import (
     BRA_ATTN_CFGS,
@@ -269,7 +269,7 @@ def test_every_table_2_config_exists():
 def test_classification_config_follows_biformers_recipe(name):
     size, row = TABLE_2[name]
     cfg = load(CLS / name)
-    assert cfg.custom_imports.imports == ['projects.lisa'] and cfg.default_scope == 'mmpretrain'
+    assert cfg.custom_imports.imports == ['projects.lisa.registry'] and cfg.default_scope == 'mmpretrain'
     backbone = cfg.model.backbone
     assert (backbone.type, backbone.arch, backbone.out_indices) == ('LiSABiFormer', size, (3, ))
     assert backbone.attn_cfgs == ROW_CFGS[row] and backbone.drop_path_rate == DROP_PATH[size]
@@ -304,7 +304,7 @@ def test_lisa_and_bra_rows_differ_only_in_the_attention(size):
 @pytest.mark.parametrize('name', SEG_ROWS)
 def test_segmentation_config_follows_biformers_semantic_fpn_recipe(name):
     cfg = load(SEG / name)
-    assert cfg.custom_imports.imports == ['projects.lisa'] and cfg.default_scope == 'mmseg'
+    assert cfg.custom_imports.imports == ['projects.lisa.registry'] and cfg.default_scope == 'mmseg'
     backbone = cfg.model.backbone
     # BiFormer segments at 512 px with 8 x 8 regions
     expected = [{**c, 'n_win': 8} if c['type'] == 'bra' else c for c in ROW_CFGS[SEG_ROWS[name]]]

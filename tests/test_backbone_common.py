@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-import projects.lisa  # noqa: F401  (registers the backbones)
+import projects.lisa.registry  # noqa: F401  (registers the backbones)
 from projects.lisa.models.attention import (
     ATTENTIONS,
     AngularAttention,

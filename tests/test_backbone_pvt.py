@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from test_backbone_common import assert_same_outputs
 
-import projects.lisa  # noqa: F401  (registers the backbones)
+import projects.lisa.registry  # noqa: F401  (registers the backbones)
 from projects.lisa.models.attention import LinearAttention, LiSAAttention, SoftmaxAttention
 from projects.lisa.models.backbones import base
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError, load_pretrained

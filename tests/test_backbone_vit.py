@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import projects.lisa  # noqa: F401  (registers LiSAViT)
+import projects.lisa.registry  # noqa: F401  (registers LiSAViT)
 from projects.lisa.models.attention import ATTENTIONS, KernelAttention
 from projects.lisa.models.attention.ops import geometric_weights
 from projects.lisa.models.backbones.vit import LiSAViT, convert_vit_checkpoint

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from mmengine.runner import load_checkpoint
 from torch import nn
 
-import projects.lisa  # noqa: F401  (registers the backbones)
+import projects.lisa.registry  # noqa: F401  (registers the backbones)
 from projects.lisa.models.backbones import LiSAPVT, LiSASwinTransformer, LiSAViT
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError
 

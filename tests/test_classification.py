@@ -42,7 +42,7 @@ CLS = ROOT / 'configs' / 'classification'
 ABL = CLS / 'ablations'
 DEMO = CLS / 'demo' / 'pvt-tiny_lisa_1xb8-2e_synthetic-imagenet-64px.py'
 MIM = str(Path(sys.executable).with_name('mim'))
-CUSTOM_IMPORTS = "custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)"
+CUSTOM_IMPORTS = "custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)"
 
 # Table 1: config -> (family, arch, input size, row)
 TABLE_1 = {

@@ -86,7 +86,7 @@ def test_every_config_of_the_tables_exists_and_the_demo_configs_too():
 def test_config_starts_with_custom_imports_and_inherits_an_mm_base_through_its_scope(path):
     text = path.read_text()
     code = [line for line in text.splitlines() if line and not line.startswith('#')]
-    assert code[0] == "custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)"
+    assert code[0] == "custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)"
     chain, todo = [], [path]
     while todo:  # follow the local _base_ files (rows, the project's and the package's fragments) to the mm scope
         current = todo.pop()

@@ -18,21 +18,21 @@ from mmengine.structures import PixelData
 # The README's recipe: inherit any config, swap the backbone, give the neck/heads its channels.
 SNIPPETS = {
     'retinanet_lisa-pvt-t': """
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = 'mmdet::retinanet/retinanet_r50_fpn_1x_coco.py'
 model = dict(
     backbone=dict(_delete_=True, type='LiSAPVT', arch='tiny', init_cfg=None),
     neck=dict(in_channels=[64, 128, 320, 512]))
 """,
     'cascade-mask-rcnn_lisa-swin-t': """
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = 'mmdet::cascade_rcnn/cascade-mask-rcnn_r50_fpn_1x_coco.py'
 model = dict(
     backbone=dict(_delete_=True, type='LiSASwinTransformer', arch='tiny', init_cfg=None),
     neck=dict(in_channels=[96, 192, 384, 768]))
 """,
     'deeplabv3plus_lisa-pvt-t': """
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = 'mmseg::deeplabv3plus/deeplabv3plus_r50-d8_4xb4-80k_ade20k-512x512.py'
 model = dict(
     pretrained=None,

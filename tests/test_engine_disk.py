@@ -19,7 +19,7 @@ from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
-import projects.lisa  # noqa: F401  (registers the hooks)
+import projects.lisa.registry  # noqa: F401  (registers the hooks)
 from projects.lisa.engine import checkpoint_hook
 from projects.lisa.engine.checkpoint_hook import NoSpaceForCheckpointError, remove_partial_saves
 

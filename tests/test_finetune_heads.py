@@ -17,7 +17,7 @@ from mmengine.registry import MODELS, init_default_scope
 from test_backbone_pvt import TINY
 from test_loading_strict import toy_checkpoint, toy_runner
 
-import projects.lisa  # noqa: F401  (registers the backbones and the hooks)
+import projects.lisa.registry  # noqa: F401  (registers the backbones and the hooks)
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError, check_state_dict, load_pretrained
 from projects.lisa.models.backbones.pvt import LiSAPVT
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import projects.lisa  # noqa: F401  (registers the LiSA modules)
+import projects.lisa.registry  # noqa: F401  (registers the LiSA modules)
 from projects.lisa.models import backbones
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ def test_custom_imports_in_a_config_registers_lisa(tmp_path):
     # A fresh interpreter that never imported projects.lisa: the config's
     # custom_imports alone must make the LiSA names resolvable.
     cfg = tmp_path / 'cfg.py'
-    cfg.write_text("custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)\n")
+    cfg.write_text("custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)\n")
     code = (
         'from mmengine.config import Config\n'
         f'Config.fromfile({str(cfg)!r})\n'

@@ -18,7 +18,7 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 from test_backbone_pvt import TINY, official_pvt_state_dict
 
-import projects.lisa  # noqa: F401  (registers the backbones and the hooks)
+import projects.lisa.registry  # noqa: F401  (registers the backbones and the hooks)
 from projects.lisa.engine.nonfinite import NonFiniteError
 from projects.lisa.models.attention import LiSAAttention
 from projects.lisa.models.backbones.loading import (

@@ -129,6 +129,33 @@ def test_label_map_is_the_argmax_of_the_eager_model_on_mmseg_s_preprocessing(con
     assert_argmax_of(labels, logits)
 
 
+@pytest.mark.parametrize('args', [
+    dict(type='Resize', scale=(40, 30), keep_ratio=True), dict(type='Resize', scale=(1333, 800), keep_ratio=True),
+    dict(type='Resize', scale=(100, 60), keep_ratio=False), dict(type='Resize', scale=37, keep_ratio=False),
+    dict(type='Resize', scale_factor=1.25, keep_ratio=True), dict(type='Resize', scale_factor=(0.5, 1.5)),
+    dict(type='Resize', scale=(50, 20), keep_ratio=True, interpolation='nearest'),
+    dict(type='Resize', scale=(64, 48), keep_ratio=True, interpolation='area'),
+    dict(type='Resize', scale=(50, 40), keep_ratio=True, backend='pillow'),
+    dict(type='AlignResize', scale=(60, 36), size_divisor=8), dict(type='AlignResize'),
+    dict(type='AlignResize', scale=(33, 97), size_divisor=7, interpolation='bicubic')])
+@pytest.mark.parametrize('shape', [(21, 30), (45, 61), (61, 45), (1, 3)])
+def test_the_resize_without_mmcv_is_mmcv_s_resize_and_pvt_s_align_resize(args, shape):
+    """:mod:`projects.lisa.deploy.resize` (numpy, OpenCV or Pillow) against the transforms themselves:
+    the same pixels and the same scale factor."""
+    from mmcv.transforms import Resize
+
+    from projects.lisa.datasets.transforms import AlignResize
+    from projects.lisa.deploy.resize import RESIZES
+
+    image = np.random.default_rng(shape[0]).integers(0, 256, (*shape, 3), dtype=np.uint8)
+    kwargs = {k: v for k, v in args.items() if k != 'type'}
+    transform = (AlignResize if args['type'] == 'AlignResize' else Resize)(**kwargs)
+    expected = transform.transform(dict(img=image.copy()))
+    resized, scale_factor = RESIZES[args['type']](image, **kwargs)
+    np.testing.assert_array_equal(resized, expected['img'])
+    assert scale_factor == tuple(expected['scale_factor'])
+
+
 @pytest.mark.parametrize('resize', [dict(type='Resize', scale=(40, 30), keep_ratio=True),
                                     dict(type='AlignResize', scale=(60, 36), size_divisor=8)])
 def test_label_map_follows_the_test_resize_and_comes_back_to_the_image_s_size(resize, conv_onnx, tmp_path):
@@ -207,7 +234,7 @@ def test_tool_refuses_a_model_without_usable_metadata(change, message, conv_onnx
 def test_tool_refuses_files_that_are_not_what_it_needs(conv_onnx, tmp_path, capsys):
     (tmp_path / 'text.png').write_text('not an image')
     assert onnx_infer.main([str(conv_onnx[1]), str(tmp_path / 'text.png')]) == 1
-    assert f"error: image '{tmp_path / 'text.png'}' is not an image mmcv can read" in capsys.readouterr().err
+    assert f"error: image '{tmp_path / 'text.png'}' is not an image OpenCV can read" in capsys.readouterr().err
     assert onnx_infer.main([str(tmp_path / 'text.png'), str(image_file(tmp_path)[1])]) == 1
     assert f"error: {tmp_path / 'text.png'} is not an ONNX model" in capsys.readouterr().err
 

@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 CONFIG = """
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = ['mmseg::_base_/models/fpn_r50.py', 'mmseg::_base_/datasets/ade20k.py',
           'mmseg::_base_/default_runtime.py']
 crop_size = (64, 64)

@@ -16,7 +16,7 @@ from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
-import projects.lisa  # noqa: F401  (registers the hooks)
+import projects.lisa.registry  # noqa: F401  (registers the hooks)
 from projects.lisa.engine.checkpoint_hook import ResumeConfigError
 from projects.lisa.engine.resume import config_changes, find_resumable_checkpoint
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from test_backbone_common import BACKBONES
 
-import projects.lisa  # noqa: F401  (registers the backbones)
+import projects.lisa.registry  # noqa: F401  (registers the backbones)
 from projects.lisa.models import backbones
 from projects.lisa.models.attention import (
     ATTENTIONS,

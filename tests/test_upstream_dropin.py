@@ -25,7 +25,7 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
-import projects.lisa  # noqa: F401  (registers the backbones)
+import projects.lisa.registry  # noqa: F401  (registers the backbones)
 from projects.lisa.models.backbones import LiSADistilledViT, LiSAPVT, LiSASwinTransformer, LiSAViT
 
 SITE = Path(mmengine.__file__).parents[1]

@@ -13,7 +13,7 @@ import pytest
 import torch
 from mmengine.registry import DefaultScope
 
-import projects.lisa  # noqa: F401  (registers the backbones)
+import projects.lisa.registry  # noqa: F401  (registers the backbones)
 from projects.lisa.models.backbones import LiSADistilledViT, LiSAPVT, LiSASwinTransformer, LiSAViT
 
 mmpretrain_backbones = pytest.importorskip('mmpretrain.models.backbones')

@@ -19,6 +19,7 @@ from mmengine.config import Config, DictAction
 from projects.lisa.engine.data_check import check_data_roots
 from projects.lisa.engine.data_problems import report
 from projects.lisa.engine.split_check import check_config_data
+from projects.lisa.registry import register_all_modules
 
 SPLITS = {'train': 'train_dataloader', 'val': 'val_dataloader'}
 
@@ -39,6 +40,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    register_all_modules()  # AlignResize and the rest, also for configs that do not import projects.lisa.registry
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)

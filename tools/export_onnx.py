@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from projects.lisa.deploy import build_model, export, inference_metadata, relative_errors
+from projects.lisa.registry import register_all_modules
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -58,6 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    register_all_modules()  # also for configs that do not import projects.lisa.registry
     torch.manual_seed(args.seed)
     try:
         model = build_model(args.config, args.checkpoint)

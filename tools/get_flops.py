@@ -25,6 +25,7 @@ import torch
 
 from projects.lisa.analysis.flops import Complexity, config_complexity
 from projects.lisa.analysis.paper import PAPER_GFLOPS, PAPER_MODELS
+from projects.lisa.registry import register_all_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / 'configs'
@@ -132,6 +133,7 @@ def write_markdown(path: Path, argv: list[str], table: list[str], reading: list[
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    register_all_modules()  # also for configs that do not import projects.lisa.registry
     if args.threads:
         torch.set_num_threads(args.threads)
     lines = ['| config | input (WxH) | params (M) | GFLOPs | paper GFLOPs | difference |',

@@ -1,10 +1,10 @@
 """The GPU check of the attention family with torch alone: tests, layer benchmark, Table 13 DeiT-T.
 
 Run by ``tools/gpu_check.sh`` from the repository root (``PYTHONPATH=.``) on a
-machine that may have no OpenMMLab package. Three steps, each in a fresh
-Python process in which ``mmengine``, ``mmcv``, ``mmdet``, ``mmseg`` and
-``mmpretrain`` cannot be imported (so a hidden OpenMMLab import fails here,
-on the CPU of CI as well):
+machine that may have no OpenMMLab package: what the steps import needs torch
+alone, which ``tests/test_imports.py`` checks in a Python that refuses
+``mmengine``, ``mmcv``, ``mmdet``, ``mmseg`` and ``mmpretrain``. Three steps,
+each in a fresh Python process:
 
 1. ``tests``: the attention test files (:data:`TEST_FILES`) under pytest with
    every tensor created on ``--device`` by default (``torch.set_default_device``);
@@ -31,7 +31,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MM_PACKAGES = ('mmengine', 'mmcv', 'mmdet', 'mmseg', 'mmpretrain')
 TEST_FILES = ('tests/test_attention_baselines.py', 'tests/test_attention_lisa.py', 'tests/test_attention_local.py',
               'tests/test_positional_resize.py')
 DEVICE_ENV = 'LISA_TEST_DEVICE'
@@ -44,29 +43,19 @@ STEPS = {
              ['--img-sizes', '224', '2048'],
              ['--img-sizes', '32', '64', '--repeats', '1', '--warmup', '1']),
 }
-# Run a script or module with the OpenMMLab packages made unimportable (``sys.modules[name] = None``).
-TORCH_ONLY = ('import runpy, sys; sys.modules.update(dict.fromkeys({mm!r})); sys.argv = sys.argv[1:]; '
-              'runpy.{how}(sys.argv[0], run_name="__main__", {extra})')
 
 
 def pytest_configure(config) -> None:
-    """Plugin hook of step 1: block the OpenMMLab packages, create tensors on ``$LISA_TEST_DEVICE``."""
+    """Plugin hook of step 1: create tensors on ``$LISA_TEST_DEVICE``."""
     import torch
 
-    sys.modules.update(dict.fromkeys(MM_PACKAGES))
     torch.set_default_device(os.environ.get(DEVICE_ENV, 'cpu'))
-
-
-def torch_only(target: str, args: list[str], module: bool = False) -> list[str]:
-    """Command line running ``target`` (a script path, or a module name) without OpenMMLab."""
-    how, extra = ('run_module', 'alter_sys=True') if module else ('run_path', '')
-    return [sys.executable, '-c', TORCH_ONLY.format(mm=MM_PACKAGES, how=how, extra=extra), target, *args]
 
 
 def run_step(name: str, cmd: list[str], out: Path, env: dict | None = None) -> dict:
     """Run one step, its output to ``out/NAME.log``; returns its status and wall time."""
     start = time.perf_counter()
-    print(f'[gpu_check] {name}: {" ".join(cmd[3:])}', flush=True)
+    print(f'[gpu_check] {name}: {" ".join(cmd[1:])}', flush=True)
     with open(out / f'{name}.log', 'w') as log:
         rc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=log,
                             stderr=subprocess.STDOUT).returncode
@@ -139,12 +128,12 @@ def main(argv=None) -> int:
     pytest_args = ['-q', '-p', 'tools.gpu_check', f'--junitxml={junit}', *(['-m', 'not slow'] if args.small else []),
                    *TEST_FILES]
     env = {'PYTHONPATH': os.pathsep.join(filter(None, (str(ROOT), os.environ.get('PYTHONPATH'))))}
-    steps = {'tests': run_step('tests', torch_only('pytest', pytest_args, module=True), out,
+    steps = {'tests': run_step('tests', [sys.executable, '-m', 'pytest', *pytest_args], out,
                                {**env, DEVICE_ENV: args.device})}
     steps['tests'].update(test_summary(junit))
     for name, (script, full, small) in STEPS.items():
-        cmd = torch_only(script, [*(small if args.small else full), '--device', args.device, '--out', str(out / name),
-                                  '--markdown', str(out / name / 'table.md')])
+        cmd = [sys.executable, script, *(small if args.small else full), '--device', args.device,
+               '--out', str(out / name), '--markdown', str(out / name / 'table.md')]
         steps[name] = run_step(name, cmd, out, env)
     results = {
         'device': args.device, 'small': args.small, 'torch': torch.__version__,

@@ -9,6 +9,9 @@ classes found are printed with their share of the pixels
 (:mod:`projects.lisa.deploy.infer`). A Mask R-CNN's detections scoring above ``--score-thr``
 are drawn as mmdet's ``DetLocalVisualizer`` draws them (masks and boxes in the class colours,
 "class: score" labels) and printed with their boxes (:mod:`projects.lisa.deploy.detect`).
+
+It imports onnxruntime, numpy and OpenCV only (no torch, no OpenMMLab package): what a machine that
+runs an exported model has (``tests/test_imports.py``).
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
-import mmcv
+import cv2
+import numpy as np
 
 from projects.lisa.deploy.detect import OnnxDetector, draw_detections
 from projects.lisa.deploy.infer import OnnxSegmentor, blend, class_shares, open_session
@@ -47,11 +51,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def imread(path: Path) -> np.ndarray | None:
+    """The image at ``path`` in BGR order, as mmseg's and mmdet's ``LoadImageFromFile`` read it
+    (``mmcv.imread``: the file's bytes decoded by OpenCV, EXIF orientation applied); None if it is
+    not an image."""
+    data = np.frombuffer(path.read_bytes(), np.uint8)
+    return cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+
+
+def imwrite(image: np.ndarray, path: Path) -> None:
+    """``image`` (BGR) written to ``path`` in the format of its suffix, folders made (``mmcv.imwrite``)."""
+    ok, encoded = cv2.imencode(path.suffix, image)
+    if not ok:
+        raise ValueError(f'OpenCV cannot write an image as {path}')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(encoded.tobytes())
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    image = mmcv.imread(str(args.image))  # BGR, as mmseg's and mmdet's LoadImageFromFile read it
+    image = imread(args.image)
     if image is None:
-        print(f"error: image '{args.image}' is not an image mmcv can read", file=sys.stderr)
+        print(f"error: image '{args.image}' is not an image OpenCV can read", file=sys.stderr)
         return 1
     try:
         opened = open_session(args.model, *RUNNERS)
@@ -65,13 +86,13 @@ def main(argv=None) -> int:
     opacity = OPACITY[task] if args.opacity is None else args.opacity
     rgb = image[..., ::-1]
     if task == 'segmentation':
-        mmcv.imwrite(blend(rgb, result, meta.palette, opacity)[..., ::-1], str(args.out))
+        imwrite(blend(rgb, result, meta.palette, opacity)[..., ::-1], args.out)
         print(f'{args.image}: {result.shape[0]}x{result.shape[1]} label map, overlay written to {args.out}')
         for name, share in class_shares(result, meta.classes):
             print(f'  {name}: {100 * share:.1f} %')
         return 0
     shown = result.above(args.score_thr)
-    mmcv.imwrite(draw_detections(rgb, shown, meta.classes, meta.palette, opacity)[..., ::-1], str(args.out))
+    imwrite(draw_detections(rgb, shown, meta.classes, meta.palette, opacity)[..., ::-1], args.out)
     print(f'{args.image}: {len(shown)} of {len(result)} detections above --score-thr={args.score_thr:g}, '
           f'drawn to {args.out}')
     for box, score, label in zip(shown.boxes, shown.scores, shown.labels):

@@ -19,6 +19,7 @@ from mmengine.config import Config, DictAction
 from projects.lisa.engine.data_check import Runner, check_data_roots
 from projects.lisa.engine.dist import setup_cpu_distributed
 from projects.lisa.engine.safe_runtime import add_allow_args, add_safe_runtime
+from projects.lisa.registry import legacy_imports, register_all_modules
 
 
 def parse_args() -> argparse.Namespace:
@@ -39,7 +40,10 @@ def main() -> None:
     args = parse_args()
     if not osp.isfile(args.checkpoint):
         sys.exit(f'checkpoint {args.checkpoint!r} does not exist')
+    register_all_modules()  # as mmdet's test.py does: also for configs that do not import projects.lisa.registry
     cfg = Config.fromfile(args.config)
+    if (change := legacy_imports(cfg)) and os.environ.get('RANK', '0') == '0':
+        print(f'warning: {change}', file=sys.stderr)
     cfg.launcher = args.launcher
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)

@@ -33,6 +33,7 @@ from projects.lisa.engine.resume import find_resumable_checkpoint
 from projects.lisa.engine.safe_runtime import add_allow_args, add_safe_runtime
 from projects.lisa.engine.split_check import check_config_data
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError
+from projects.lisa.registry import legacy_imports, register_all_modules
 
 
 def parse_args() -> argparse.Namespace:
@@ -98,7 +99,10 @@ def choose_resume(cfg: Config, resume: str | None) -> None:
 
 def main() -> None:
     args = parse_args()
+    register_all_modules()  # as mmdet's train.py does: also for configs that do not import projects.lisa.registry
     cfg = Config.fromfile(args.config)
+    if (change := legacy_imports(cfg)) and os.environ.get('RANK', '0') == '0':
+        print(f'warning: {change}', file=sys.stderr)
     cfg.launcher = args.launcher
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)

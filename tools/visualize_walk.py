@@ -34,10 +34,10 @@ from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner import load_checkpoint
 from torch import nn
 
-import projects.lisa  # noqa: F401  (registers the backbones)
 from projects.lisa.analysis.flops import backbone_input_hw
 from projects.lisa.analysis.walk_maps import attention_matrices, query_row, query_token, split_row
 from projects.lisa.models.attention import KernelAttention
+from projects.lisa.registry import register_all_modules
 from projects.lisa.synthetic.long_range import IGNORE, lookup_scene, pathfinder_scene, rng_for
 from projects.lisa.synthetic.synthetic import coco_scene
 
@@ -149,6 +149,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    register_all_modules()  # also for configs that do not import projects.lisa.registry
     cfg = Config.fromfile(str(args.config))
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
     torch.manual_seed(args.seed)

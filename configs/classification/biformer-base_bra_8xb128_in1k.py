@@ -7,7 +7,7 @@
 # parameters against 25.5M), and recipes of this family raise drop path with width at equal depth
 # (Swin-S 0.3, Swin-B 0.5); 0.4 is also the value this config had before, so runs already made stay
 # comparable.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = './biformer-tiny_bra_8xb128_in1k.py'
 
 model = dict(backbone=dict(arch='base', drop_path_rate=0.4), head=dict(in_channels=768))

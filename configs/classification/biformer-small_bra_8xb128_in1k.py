@@ -7,7 +7,7 @@
 # the lr linearly with the batch). 8 x 128 keeps every Table 2 row on one 8-GPU node at the same lr
 # per image (the same linear rule), though with twice the steps. BiFormer's exact run: 16 GPUs x 128
 # with --cfg-options auto_scale_lr.enable=True (base batch 1024, so lr 2e-3).
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = './biformer-tiny_bra_8xb128_in1k.py'
 
 model = dict(backbone=dict(arch='small', drop_path_rate=0.15))

@@ -3,7 +3,7 @@
 # attention kept in stage 4 (the choice is explained in projects/lisa/models/backbones/biformer.py);
 # otherwise the BiFormer-S config. Recipe: BiFormer's, as ./biformer-small_bra_8xb128_in1k.py states it
 # with its departures; no departure of its own.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = './biformer-small_bra_8xb128_in1k.py'
 
 model = dict(backbone=_base_.biformer_attention.lisa)

@@ -8,7 +8,7 @@
 # configs/train_args.yaml), which no T command in the repository overrides.
 # Departure: no EMA of the weights (BiFormer keeps one but evaluates the plain model).
 # The classifier is BiFormer's: final BatchNorm (the backbone's `norm`), global average pooling, linear head.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
     'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py',

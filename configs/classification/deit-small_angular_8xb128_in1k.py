@@ -6,7 +6,7 @@
 # projects/lisa/models/attention/angular.py), with no positional encoding on k.
 # Departs from Castling-ViT's training: no auxiliary masked-softmax branch (the LiSA paper names the
 # angular attention only, and Table 5 compares attentions under one recipe).
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = './deit-small_lisa_8xb128_in1k.py'
 
 model = dict(backbone=_base_.deit_attention.angular)

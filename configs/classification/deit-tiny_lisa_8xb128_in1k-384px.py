@@ -3,7 +3,7 @@
 # the learnable position tables follow the grid) and DeiT's evaluation resize of 384 x 256 / 224 =
 # 438 px followed by a 384-px centre crop. Departure: DeiT makes its 384-px models by fine-tuning the
 # 224-px ones; the paper trains every Table 1 model 300 epochs from scratch, so this config does too.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = './deit-tiny_lisa_8xb128_in1k.py'
 
 img_size = 384

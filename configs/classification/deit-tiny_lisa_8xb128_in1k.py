@@ -14,7 +14,7 @@
 # DeiT's through the warm-up and at most 1.5 % of the peak apart after it. Weight decay spares what DeiT spares (biases, norms, position table, class token) and
 # the kernel attentions' own tables and scalars, which DeiT's model does not have
 # (../_base_/no_weight_decay.py).
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = [
     'mmpretrain::deit/deit-tiny_4xb256_in1k.py', '../_base_/lisa_runtime.py', '../_base_/models/deit.py',
     '../_base_/no_weight_decay.py'

@@ -1,7 +1,7 @@
 # PVT-S (softmax attention, spatial reduction 8, 4, 2, 1): Table 1, PVT-S softmax row (79.80 top-1, PVT's
 # own number, trained with PVT's recipe, which has repeated augmentation).
 # Recipe: FLatten's PVT recipe, as ./pvt-tiny_lisa_8xb128_in1k.py states it (DeiT's values without repeated augmentation); no departure of its own.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = './pvt-small_lisa_8xb128_in1k.py'
 
 model = dict(backbone=_base_.pvt_attention.softmax)

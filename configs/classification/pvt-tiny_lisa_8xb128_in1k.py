@@ -16,7 +16,7 @@
 # head. PVT v1 instead normalises the
 # last stage and reads a class token; LiSAPVT is the dense-prediction backbone and has neither,
 # so the checkpoint holds exactly the backbone the dense configs build.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
     'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py',

@@ -6,7 +6,7 @@
 # says 16 x 64), AdamW lr 1e-3, weight decay 0.05, 20-epoch warm-up, cosine to 1e-5, drop path 0.2,
 # RandAugment, mixup 0.8 / cutmix 1.0, random erasing 0.25, label smoothing 0.1, gradient clipping at
 # norm 5, no repeated augmentation. No departure from it (EMA is off in Swin's recipe as well).
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = [
     'mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py', '../_base_/lisa_runtime.py',
     '../_base_/models/swin.py', '../_base_/no_weight_decay.py'

@@ -3,7 +3,7 @@
 # epochs 8 and 11, (1333, 800) inputs; the PVT recipe's AdamW lr 2e-4, weight decay 1e-4.
 # Norms, position tables and the attentions' scalars do not decay, as in every config here (the
 # PVT recipe decays everything; at 1e-4 the difference is below 0.1% of each weight).
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = [
     'mmdet::_base_/models/mask-rcnn_r50_fpn.py', 'mmdet::_base_/datasets/coco_instance.py',
     'mmdet::_base_/schedules/schedule_1x.py', 'mmdet::_base_/default_runtime.py', '../_base_/lisa_runtime.py',

@@ -6,7 +6,7 @@
 # on norms and position tables, drop-path 0.1, 500 iterations of linear warm-up, fp16, 12 epochs
 # of 16 images (8 GPUs x 2) with lr x0.1 after epochs 8 and 11. The pipeline and optimiser come
 # from mmdet's ms-crop AMP Swin config; its 3x schedule and 1000-iteration warm-up are replaced.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = [
     'mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_amp-ms-crop-3x_coco.py', '../_base_/lisa_runtime.py',
     '../_base_/models/swin.py', '../_base_/no_weight_decay.py'

@@ -1,5 +1,5 @@
 # Mask R-CNN 1x + PVT-T (softmax attention with spatial reduction 8, 4, 2, 1): Table 4, PVT-T baseline.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = './mask-rcnn_lisa-pvt-t_fpn_1x_coco.py'
 
 pretrained = 'pretrain/pvt-t_in1k.pth'

@@ -5,7 +5,7 @@
 # k-hop chain is k steps of one attention: one-hop attentions see every relay at once but must
 # resolve the chain in the MLP, LiSA's walk S^k V can follow it (T = 3 reaches 2 hops).
 # Data: `python tools/long_range.py --generate-only --tasks lookup-hops2 --runs 1` writes the draw below.
-custom_imports = dict(imports=['projects.lisa', 'projects.lisa.synthetic.long_range_metric'],
+custom_imports = dict(imports=['projects.lisa.registry', 'projects.lisa.synthetic.long_range_metric'],
                       allow_failed_imports=False)
 _base_ = ['mmseg::_base_/default_runtime.py', '../_base_/lisa_runtime.py']
 

@@ -2,7 +2,7 @@
 # on one contour? The lookup probe's 1-layer ViT and init (width 64, patch 4, no class token), its tokens averaged
 # into a linear classifier (mmpretrain), with the lookup probe's schedule.
 # Data: `tools/long_range.py --generate-only --tasks pathfinder-cls --runs 1`.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = ['mmpretrain::_base_/default_runtime.py', '../_base_/lisa_runtime.py']
 
 data_root = 'data/long_range/pathfinder-cls/draw1000'

@@ -9,7 +9,7 @@
 # Backbone outputs: LayerNorm on stages 1-3 (new, as BiFormer's dense model adds them); the last stage
 # keeps the ImageNet classifier's BatchNorm, so the classifier checkpoint loads completely (BiFormer
 # replaces it by a new LayerNorm: final_norm_cfg=dict(type='LN', eps=1e-6)).
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = [
     '../_base_/semantic_fpn_ade20k-512x512.py',
     'mmseg::_base_/schedules/schedule_80k.py', '../_base_/models/biformer.py'

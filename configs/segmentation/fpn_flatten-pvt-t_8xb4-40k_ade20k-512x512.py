@@ -1,5 +1,5 @@
 # Semantic FPN + FLatten-PVT-T (focused linear attention, no spatial reduction): Table 3, FLatten row.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = './fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'
 
 pretrained = 'pretrain/flatten-pvt-t_in1k.pth'

@@ -5,7 +5,7 @@
 # evaluation at (2048, 512) with both sides rounded up to multiples of 32 (AlignResize).
 # Norms, position tables and the attentions' scalars do not decay, as in every config here (the
 # PVT recipe decays everything; at 1e-4 the difference is below 0.1% of each weight over 40k steps).
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = [
     '../_base_/semantic_fpn_ade20k-512x512.py',
     'mmseg::_base_/schedules/schedule_40k.py', '../_base_/models/pvt.py', '../_base_/no_weight_decay.py'

@@ -3,7 +3,7 @@
 # betas (0.9, 0.999), weight decay 0.01 without decay on norms and position tables, 1500
 # iterations of linear warm-up then poly decay (power 1.0), 160k iterations of 16 images
 # (8 GPUs x 2), UperHead 512 channels + auxiliary FCN head (loss weight 0.4), drop-path 0.3.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = [
     'mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py',
     '../_base_/lisa_runtime.py', '../_base_/models/swin.py', '../_base_/no_weight_decay.py'

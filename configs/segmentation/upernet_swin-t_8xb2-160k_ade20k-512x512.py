@@ -1,5 +1,5 @@
 # UperNet + Swin-T (shifted 7x7 window softmax attention in all stages): Table 3, Swin row.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = './upernet_lisa-swin-t_8xb2-160k_ade20k-512x512.py'
 
 pretrained = 'pretrain/swin-t_in1k.pth'

@@ -1,9 +1,19 @@
-"""One registration point for every LiSA module in every installed OpenMMLab library.
+"""The one registration point of LiSA into every installed OpenMMLab library: a config names it.
 
-``import projects.lisa`` (or ``custom_imports=dict(imports=['projects.lisa'])``
-in a config) registers each class of :data:`MODULES` into the ``MODELS``
-registry of mmseg, mmdet and mmpretrain, whichever are installed, so the
-same ``type='LiSAPVT'`` resolves in all of their configs.
+    custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
+
+Importing this module (once per process; again is a no-op) registers each class of
+:func:`_modules` into the ``MODELS`` registry of mmseg, mmdet and mmpretrain, whichever are
+installed, so the same ``type='LiSAPVT'`` resolves in all of their configs; the run-safety hooks
+and the CPU mixed-precision wrapper into MMEngine's root ``HOOKS`` / ``OPTIM_WRAPPERS``;
+``AlignResize`` into mmseg's ``TRANSFORMS``; and it allow-lists MMEngine's own types for
+``torch.load(weights_only=True)``. No other module of the package does any of this on import.
+Code that builds models itself (``tools/train.py``, the tests) calls :func:`register_all_modules`.
+
+``custom_imports=dict(imports=['projects.lisa'])``, what configs wrote before issue 41, imports
+the package alone, which registers nothing: under ``mim train`` such a config stops with mm's
+"LiSAPVT is not in the mmseg::model registry"; the repo's tools still run it (they register
+explicitly) and say what to change (:func:`legacy_imports`).
 """
 from __future__ import annotations
 
@@ -11,6 +21,8 @@ import importlib
 import importlib.util
 
 SCOPES = ('mmseg', 'mmdet', 'mmpretrain')
+#: What a config's ``custom_imports`` names to register LiSA, and the package name configs named before.
+CUSTOM_IMPORT, LEGACY_IMPORT = __name__, __package__
 
 
 def _modules() -> list[type]:
@@ -19,14 +31,13 @@ def _modules() -> list[type]:
 
 
 def register_all_modules() -> list[str]:
-    """Register :func:`_modules` into each installed scope; return the scopes."""
+    """Register :func:`_modules` into each installed scope (again: a no-op); return the scopes."""
     if importlib.util.find_spec('mmengine') is None:
-        return []  # torch-only use of projects.lisa.models.attention
-    # Checkpoint loading is made safe here, at import, on purpose: MMEngine loads
-    # weights inside the Runner (init_cfg Pretrained, load_from, --resume), and the
-    # config's custom_imports (this import) is the only code of ours that runs first
-    # under `mim train` / `mim test`. It allow-lists MMEngine's own types for
-    # torch.load(weights_only=True); it does not turn the check off.
+        return []  # nothing to register into
+    # Checkpoint loading is made safe here on purpose: MMEngine loads weights inside the Runner
+    # (init_cfg Pretrained, load_from, --resume), and the config's custom_imports (this module) is
+    # the only code of ours that runs first under `mim train` / `mim test`. It allow-lists MMEngine's
+    # own types for torch.load(weights_only=True); it does not turn the check off.
     from .engine.checkpoint import allow_mmengine_checkpoints
     allow_mmengine_checkpoints()
     # The run-safety hooks and the CPU mixed-precision wrapper of configs/_base_/safe_runtime.py and
@@ -42,3 +53,17 @@ def register_all_modules() -> list[str]:
     if 'mmseg' in scopes:  # AlignResize into mmseg's TRANSFORMS (PVT's Semantic FPN evaluation)
         importlib.import_module(f'{__package__}.datasets.transforms')
     return scopes
+
+
+def legacy_imports(cfg) -> str | None:
+    """What to change if the config ``cfg`` (an MMEngine ``Config``) names the package in its
+    ``custom_imports`` as configs did before issue 41 but not :data:`CUSTOM_IMPORT`; else None."""
+    imports = list((cfg.get('custom_imports') or {}).get('imports') or [])
+    if LEGACY_IMPORT not in imports or CUSTOM_IMPORT in imports:
+        return None
+    return (f"the config's custom_imports names {LEGACY_IMPORT!r}, which registers nothing since issue 41: "
+            f"name {CUSTOM_IMPORT!r} instead (mim train / mim test stop on it with 'LiSA... is not in the "
+            "registry'; this tool registers LiSA itself)")
+
+
+register_all_modules()  # what a config's custom_imports imports this module for

@@ -1,7 +1,7 @@
 # LiSA-DeiT-T on mini-ImageNet, random walk truncated after T = 1 terms: Fig. 3 (73.34 +- 0.64 top-1,
 # mean +- std of 3 runs; T = 5 is ./deit-tiny_lisa-t5_8xb128_mini-imagenet.py).
 # Recipe: DeiT's on mini-ImageNet, as ./deit-tiny_lisa-t5_8xb128_mini-imagenet.py states it; no departure of its own.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = './deit-tiny_lisa-t5_8xb128_mini-imagenet.py'
 
 model = dict(backbone=dict(attn_cfgs=dict(num_steps=1)))

@@ -9,7 +9,7 @@
 # ImageNet-1K training images per class by file name (500 train / 100 val), at full resolution with
 # ImageNet's 224-px crops. The common split lists specific images, often stored at 84 x 84; the paper
 # defines neither, so its figures may come from other images or another resolution.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = ['../deit-tiny_lisa_8xb128_in1k.py', '../../_base_/datasets/mini_imagenet.py']
 
 model = dict(backbone=dict(attn_cfgs=dict(num_steps=5)), head=dict(num_classes=_base_.mini_imagenet_classes))

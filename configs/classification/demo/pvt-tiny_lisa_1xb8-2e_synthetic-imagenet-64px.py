@@ -13,7 +13,7 @@
 # regularise 300 epochs and leave 5 classes unlearnt in 2, so training keeps only the flip.
 # Linear lr scaling (auto_scale_lr: 1e-3 x 8 / 1024 = 7.8e-6) would move the weights too little
 # in 50 steps.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = '../pvt-tiny_lisa_8xb128_in1k.py'
 
 data_root = 'data/synthetic/imagenet'

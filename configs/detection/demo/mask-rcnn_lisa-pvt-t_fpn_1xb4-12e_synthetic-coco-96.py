@@ -7,7 +7,7 @@
 # of 256, 128 RoIs per image instead of 512, anchors half the size: the generated objects are
 # 15-42 px, below the recipe's smallest anchor of 32 px), 4 images per step on one process,
 # a one-epoch warm-up, evaluation at the end only and the data root.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = '../mask-rcnn_lisa-pvt-t_fpn_1x_coco.py'
 
 data_root = 'data/synthetic/coco/'

@@ -4,7 +4,7 @@
 # pretrained first (here the demo's, configs/classification/demo/, copied to `pretrained` by
 # tools/demo.py). Only these change: image sizes (96 instead of 512 px), schedule (150 iterations
 # of 4 images, one process), data root and BN instead of SyncBN.
-custom_imports = dict(imports=['projects.lisa'], allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = '../fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'
 
 data_root = 'data/synthetic/ade/ADEChallengeData2016'

@@ -152,7 +152,7 @@ class DenseParts(nn.Module):
         from mmengine.registry import init_default_scope
         from mmseg.registry import MODELS
 
-        import projects.lisa  # noqa: F401  (registers the backbones)
+        import projects.lisa.registry  # noqa: F401  (registers the backbones)
 
         init_default_scope('mmseg')
         cfg = Config.fromfile(config).model

@@ -1,4 +1,4 @@
-# Run safety for every trainable config (projects/lisa/engine; `custom_imports` of projects.lisa registers them).
+# Run safety for every trainable config (projects/lisa/engine; registered by the custom_imports projects.lisa.registry).
 # Part of the package (package data), so an installed lisa-mm has it; the repo's configs inherit it through
 # configs/_base_/safe_runtime.py, and tools/train.py adds it to configs that do not (engine/safe_runtime.py):
 # - SafeRuntimeHook: the base configs' CheckpointHook becomes a SafeCheckpointHook (same settings): atomic saves

@@ -1,12 +1,12 @@
 """Instance detection from an exported Mask R-CNN file alone (:mod:`.detector` is its graph):
-onnxruntime, numpy, mmcv's image functions and the file's metadata (:mod:`.metadata`); neither
-the torch model nor mmdet is needed.
+onnxruntime, numpy, OpenCV and the file's metadata (:mod:`.metadata`); neither torch nor an
+OpenMMLab library is imported.
 
 An image goes the way mmdet's test takes it:
 
-* the test pipeline's ``Resize`` (:func:`.infer.resize`: mmcv's own transform, ``imrescale`` with
-  ``keep_ratio``, else ``imresize``), which records the scale factor ``(s_w, s_h)`` (new size
-  over old, per side);
+* the test pipeline's ``Resize`` (:func:`.infer.resize`: mmcv's transform as :mod:`.resize`
+  computes it, ``imrescale`` with ``keep_ratio``, else ``imresize``), which records the scale
+  factor ``(s_w, s_h)`` (new size over old, per side);
 * ``DetDataPreprocessor``: channels to RGB, normalised, padded at the bottom and right to
   multiples of ``pad_size_divisor`` (:func:`.infer.preprocess`);
 * the graph, with ``img_shape`` the resized image's ``(h, w)``: boxes, scores, labels and

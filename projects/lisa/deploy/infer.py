@@ -1,5 +1,5 @@
-"""Semantic segmentation from an exported ONNX file alone: onnxruntime, numpy and the file's
-metadata (:mod:`.metadata`); the torch model is not built.
+"""Semantic segmentation from an exported ONNX file alone: onnxruntime, numpy, OpenCV and the
+file's metadata (:mod:`.metadata`); neither torch nor an OpenMMLab library is imported.
 
 An image goes the way mmseg's test takes it (the test pipeline's resize, ``SegDataPreProcessor``
 then ``EncoderDecoder.predict``): resized as the metadata says (:func:`resize`, shared with the
@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .metadata import Metadata, MetadataError
+from .resize import RESIZES
 
 ROWS_PER_BLOCK = 64  # rows of the resized logits held at once (150 classes x 64 x 2048 floats: 79 MB)
 
@@ -37,16 +38,12 @@ def open_session(path: str | Path, *tasks: str) -> tuple[object, Metadata]:
 def resize(image: np.ndarray, m: Metadata) -> tuple[np.ndarray, tuple[float, float]]:
     """``image`` resized by the test pipeline's resize (``m.resize``: mmcv's ``Resize``
     transform, which mmdet's and mmseg's extend to boxes and maps, or PVT's ``AlignResize``, run
-    on the image) and its scale factor ``(s_w, s_h)``, new size over old."""
+    on the image; :mod:`.resize` computes them as mmcv does) and its scale factor ``(s_w, s_h)``,
+    new size over old."""
     if m.resize is None:
         return image, (1.0, 1.0)
     args = dict(m.resize)
-    if args.pop('type') == 'AlignResize':
-        from projects.lisa.datasets.transforms import AlignResize as transform
-    else:
-        from mmcv.transforms import Resize as transform
-    out = transform(**args).transform(dict(img=image))
-    return out['img'], tuple(out['scale_factor'])
+    return RESIZES[args.pop('type')](image, **args)
 
 
 def preprocess(image: np.ndarray, m: Metadata) -> np.ndarray:
