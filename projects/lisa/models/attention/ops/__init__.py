@@ -3,7 +3,8 @@
 convolution (:mod:`.depthwise`), each with its custom op, fake, autograd and plain-tensor
 reference side by side; :mod:`.backend` holds the one backend choice (``'reference'`` |
 ``'torch'`` | ``'cpu_kernel'``, or ``'auto'``), :func:`can_run` and the one loader of the
-compiled extensions (``csrc/``). The attention modules call these functions, never an extension.
+compiled extensions (``<name>_cpu.cpp`` beside each operator, built into ``_<name>_cpu``). The
+attention modules call these functions, never an extension.
 """
 from .backend import BACKENDS, CHOICES, can_run, check_backend, current_backend, kernels_built, resolve, use_backend
 from .depthwise import depthwise_conv, depthwise_conv_reference

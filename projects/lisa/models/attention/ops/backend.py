@@ -7,8 +7,9 @@ Backends (:data:`BACKENDS`), one vocabulary for every operator of :mod:`..ops`:
   exporter can represent the custom ops);
 * ``'torch'``: the registered ``lisa::`` custom ops with analytic backward passes, computed in
   tensor operations (any device); an operator without such an op runs its reference;
-* ``'cpu_kernel'``: the same custom ops computed by the compiled C++ kernels (``csrc/``, built
-  by ``pip install --no-build-isolation -e .``): CPU, float32/float64, no autocast.
+* ``'cpu_kernel'``: the same custom ops computed by the compiled C++ kernels (``<operator>_cpu.cpp``
+  beside each operator, built by ``pip install --no-build-isolation -e .``): CPU, float32/float64,
+  no autocast.
 
 ``'auto'`` (the default) is the first of ``cpu_kernel, torch, reference`` that :func:`can_run`.
 An operator takes ``backend=`` (``None``: the global choice, :func:`use_backend`); a module
@@ -30,14 +31,15 @@ BACKENDS = ('reference', 'torch', 'cpu_kernel')
 #: What ``'auto'`` tries, in order.
 PREFERENCE = ('cpu_kernel', 'torch', 'reference')
 CHOICES = ('auto', *BACKENDS)
-#: The compiled extensions, ``projects.lisa.models.attention._<name>_cpu`` from ``csrc/<name>_cpu.cpp`` (setup.py).
-EXTENSION_NAMES = ('neighbourhood', 'features', 'walk')
+#: The compiled extensions, ``projects.lisa.models.attention.ops._<name>_cpu`` from ``ops/<name>_cpu.cpp``
+#: (setup.py), one per operator ``ops/<name>.py``.
+EXTENSION_NAMES = ('neighbourhood', 'features', 'depthwise', 'walk')
 
 
 def _load_extensions() -> dict[str, ModuleType]:
     """Every compiled extension by name, or none (setup.py builds all of them or none)."""
     try:
-        return {name: importlib.import_module(f'.._{name}_cpu', __package__) for name in EXTENSION_NAMES}
+        return {name: importlib.import_module(f'._{name}_cpu', __package__) for name in EXTENSION_NAMES}
     except ImportError:
         warnings.warn("projects.lisa: the CPU kernels are not built; backend 'auto' runs tensor operations on "
                       'the CPU (slower); build them with `pip install --no-build-isolation -e .`', stacklevel=2)

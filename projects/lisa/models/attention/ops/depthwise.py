@@ -2,7 +2,7 @@
 
 Backends (:mod:`.backend`): ``'reference'`` (:func:`depthwise_conv_reference`, ``F.conv2d``),
 ``'torch'`` (the same: there is no tensor-operation custom op of this one), ``'cpu_kernel'``
-(``lisa::depthwise_conv``, ``csrc/features_cpu.cpp``, channels-last on the tokens themselves:
+(``lisa::depthwise_conv``, ``depthwise_cpu.cpp``, channels-last on the tokens themselves:
 mkldnn's depthwise backward is slow on the CPU; a fake implementation and an analytic backward
 registered as its autograd).
 """
@@ -47,14 +47,14 @@ def depthwise_conv_reference(x: Tensor, weight: Tensor, bias: Tensor, hw_shape: 
 @torch.library.custom_op('lisa::depthwise_conv', mutates_args=(), schema=(
     '(Tensor x, Tensor weight, Tensor bias, SymInt h, SymInt w, int num_prefix_tokens) -> Tensor'))
 def _depthwise_conv(x: Tensor, weight: Tensor, bias: Tensor, h: int, w: int, num_prefix_tokens: int) -> Tensor:
-    return extension('features').depthwise_forward(x, weight, bias, num_prefix_tokens, h, w)
+    return extension('depthwise').depthwise_forward(x, weight, bias, num_prefix_tokens, h, w)
 
 
 @torch.library.custom_op('lisa::depthwise_conv_backward', mutates_args=(), schema=(
     '(Tensor grad, Tensor x, Tensor weight, SymInt h, SymInt w, int num_prefix_tokens) -> (Tensor, Tensor, Tensor)'))
 def _depthwise_conv_backward(grad: Tensor, x: Tensor, weight: Tensor, h: int, w: int,
                              num_prefix_tokens: int) -> tuple[Tensor, Tensor, Tensor]:
-    return tuple(extension('features').depthwise_backward(grad, x, weight, num_prefix_tokens, h, w))
+    return tuple(extension('depthwise').depthwise_backward(grad, x, weight, num_prefix_tokens, h, w))
 
 
 @_depthwise_conv.register_fake

@@ -2,7 +2,7 @@
 
 Backends (:mod:`.backend`): ``'reference'`` (:func:`kernel_features_reference`, plain tensor
 code), ``'torch'`` (the same: there is no tensor-operation custom op of this one), ``'cpu_kernel'``
-(``lisa::kernel_features``, ``csrc/features_cpu.cpp``: one pass over the tokens straight into a
+(``lisa::kernel_features``, ``features_cpu.cpp``: one pass over the tokens straight into a
 contiguous per-head layout, a fake implementation and an analytic backward registered as its
 autograd, so ``torch.compile`` traces it into one graph).
 """

@@ -36,7 +36,7 @@ def neighbourhood_attention(
     computes each window offset as one tensor operation over the overlapping parts
     of two grids (no padded or unfolded copies), on the CPU in row blocks that stay
     in cache across the offsets. ``'cpu_kernel'`` (op ``lisa::neighbourhood_fused``,
-    ``csrc/neighbourhood_cpu.cpp``) computes each token's window in one go, forward
+    ``neighbourhood_cpu.cpp``) computes each token's window in one go, forward
     and backward, parallel over grid rows. Both ops have their own backward, keep
     q, k, v and the ``k*k`` weights per token for it and gather each token's
     gradients from its neighbours (no scatter), so the result does not depend on

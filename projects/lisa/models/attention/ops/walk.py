@@ -24,7 +24,7 @@ Backends (:mod:`.backend`). ``'reference'``: :func:`random_walk_reference`, the
 definition, Eq. 8 in a few lines of tensor code differentiated by autograd.
 ``'torch'``: the same forward with an analytic backward, as the registered custom
 op ``lisa::random_walk`` (so ``torch.compile`` traces it); ``'cpu_kernel'``: that op
-with its token-wise passes by the compiled kernels (``csrc/walk_cpu.cpp``). The
+with its token-wise passes by the compiled kernels (``walk_cpu.cpp``). The
 tests hold every backend to the reference in float64, forward and gradients.
 T = infinity has one implementation, :func:`untruncated_walk`, plain tensor code.
 """

@@ -1,4 +1,4 @@
-// Shared by the fused CPU kernels (neighbourhood_cpu.cpp, features_cpu.cpp): function
+// Shared by the fused CPU kernels (*_cpu.cpp beside this file): function
 // multiversioning of the hot loops and 32-byte vector lanes.
 #pragma once
 
