@@ -17,12 +17,25 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "lanes.h"
 #include "tokens.h"
 
 namespace {
+
+// The channels [0, d) in blocks of 4, 2 and 1 vectors, largest first: block(std::integral_constant<int, C>{}, c0)
+// for each block of C vectors from channel c0; returns the first channel left for scalar code.
+template <typename T, typename Block>
+LISA_INLINE int64_t vector_blocks(int64_t d, const Block& block) {
+  constexpr int64_t n = Lanes<T>::n;
+  int64_t c = 0;
+  for (; c + 4 * n <= d; c += 4 * n) block(std::integral_constant<int, 4>{}, c);
+  if (c + 2 * n <= d) block(std::integral_constant<int, 2>{}, c), c += 2 * n;
+  if (c + n <= d) block(std::integral_constant<int, 1>{}, c), c += n;
+  return c;
+}
 
 // Channels [c0, c0 + C lanes) of one output grid row y:
 // out[x, c] = (bias[c] or 0) + sum_o taps[o, c] in[(y, x) + o, c], the C vectors in registers.
@@ -51,11 +64,9 @@ LISA_INLINE void conv_block(const T* in, T* out, const T* taps, const T* bias, i
 template <typename T>
 LISA_CLONES void conv_row(const T* in, T* out, const T* taps, const T* bias, int64_t h, int64_t w, int64_t r,
                           int64_t y, int64_t d) {
-  constexpr int64_t n = Lanes<T>::n;
-  int64_t c = 0;
-  for (; c + 4 * n <= d; c += 4 * n) conv_block<T, 4>(in, out, taps, bias, h, w, r, y, d, c);
-  if (c + 2 * n <= d) conv_block<T, 2>(in, out, taps, bias, h, w, r, y, d, c), c += 2 * n;
-  if (c + n <= d) conv_block<T, 1>(in, out, taps, bias, h, w, r, y, d, c), c += n;
+  int64_t c = vector_blocks<T>(d, [&](auto vectors, int64_t c0) LISA_INLINE_LAMBDA {
+    conv_block<T, decltype(vectors)::value>(in, out, taps, bias, h, w, r, y, d, c0);
+  });
   const int64_t k = 2 * r + 1;
   for (; c < d; ++c) {
     for (int64_t x = 0; x < w; ++x) {
@@ -100,11 +111,9 @@ LISA_INLINE void weight_grad_block(const T* grad, const T* in, T* dw, T* db, int
 template <typename T>
 LISA_CLONES void weight_grad_row(const T* grad, const T* in, T* dw, T* db, int64_t h, int64_t w, int64_t r,
                                  int64_t y, int64_t d) {
-  constexpr int64_t n = Lanes<T>::n;
-  int64_t c = 0;
-  for (; c + 4 * n <= d; c += 4 * n) weight_grad_block<T, 4>(grad, in, dw, db, h, w, r, y, d, c);
-  if (c + 2 * n <= d) weight_grad_block<T, 2>(grad, in, dw, db, h, w, r, y, d, c), c += 2 * n;
-  if (c + n <= d) weight_grad_block<T, 1>(grad, in, dw, db, h, w, r, y, d, c), c += n;
+  int64_t c = vector_blocks<T>(d, [&](auto vectors, int64_t c0) LISA_INLINE_LAMBDA {
+    weight_grad_block<T, decltype(vectors)::value>(grad, in, dw, db, h, w, r, y, d, c0);
+  });
   const int64_t k = 2 * r + 1;
   for (; c < d; ++c) {
     T acc = 0;
