@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..layers import split_heads
 from .backend import extension, resolve
 
 
@@ -59,7 +58,7 @@ def kernel_features_reference(qkv: Tensor, pos: Tensor | None, s: Tensor | None,
     q, k = feature_map(q), feature_map(k)
     if s is not None:
         q, k = focus((q + 1e-6) / s, p), focus((k + 1e-6) / s, p)
-    return tuple(split_heads(t, heads) for t in (q, k, v))
+    return tuple(t.unflatten(-1, (heads, -1)).transpose(1, 2) for t in (q, k, v))  # (B, N, h d) -> (B, h, N, d)
 
 
 @torch.library.custom_op('lisa::kernel_features', mutates_args=(), schema=(
