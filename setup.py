@@ -1,5 +1,5 @@
-"""Builds the fused CPU kernels (LiSA's local branch and the
-walk's token-wise passes; the kernel attentions' depthwise conv and features); the metadata is in setup.cfg.
+"""Builds the fused CPU kernels, one extension per operator (LiSA's local branch and the walk's
+token-wise passes; the kernel attentions' features and depthwise conv); the metadata is in setup.cfg.
 
 Needs torch at build time: ``pip install --no-build-isolation -e .`` (as
 ``tools/install.sh`` does). ``LISA_WITH_KERNELS=0`` builds the package without them (no compiler
@@ -16,15 +16,19 @@ if WITH_KERNELS not in ('0', '1'):
     raise SystemExit(f"LISA_WITH_KERNELS={WITH_KERNELS!r}: use '1' (build the CPU kernels, the default) or '0'")
 
 
+#: The operators with a CPU kernel: ``ops/<name>.py`` beside its source ``ops/<name>_cpu.cpp``.
+KERNELS = ('neighbourhood', 'features', 'depthwise', 'walk')
+
+
 def kernel(name: str) -> CppExtension:
-    """``projects.lisa.models.attention._<name>_cpu`` from ``csrc/<name>_cpu.cpp`` (loaded by the operators'
+    """``projects.lisa.models.attention.ops._<name>_cpu`` from ``ops/<name>_cpu.cpp`` (loaded by the operators'
     one loader, ``ops/backend.py``); -fopenmp because at::parallel_for is OpenMP in torch's CPU builds."""
-    return CppExtension(f'projects.lisa.models.attention._{name}_cpu',
-                        [f'projects/lisa/models/attention/csrc/{name}_cpu.cpp'],
+    return CppExtension(f'projects.lisa.models.attention.ops._{name}_cpu',
+                        [f'projects/lisa/models/attention/ops/{name}_cpu.cpp'],
                         extra_compile_args=['-O3', '-fopenmp'], extra_link_args=['-fopenmp'])
 
 
 setup(
-    ext_modules=[kernel(name) for name in ('neighbourhood', 'features', 'walk')] if WITH_KERNELS == '1' else [],
+    ext_modules=[kernel(name) for name in KERNELS] if WITH_KERNELS == '1' else [],
     cmdclass={'build_ext': BuildExtension},
 )

@@ -3,8 +3,10 @@ the walk's row argmax) in every backend against plain tensor code, the custom op
 backend choice itself (per module, global, refused names and backends)."""
 from __future__ import annotations
 
+import ast
 import copy
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +16,8 @@ from torch import nn
 
 from projects.lisa.models.attention import build_attention, ops, set_backend
 from projects.lisa.models.attention.layers import split_heads
-from projects.lisa.models.attention.ops import focus
-from projects.lisa.models.attention.ops.walk import row_argmax
+from projects.lisa.models.attention.ops import backend as ops_backend
+from projects.lisa.models.attention.ops import depthwise, features, focus, neighbourhood, walk
 
 pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
 needs_kernels = pytest.mark.skipif(not ops.kernels_built(), reason='the CPU kernels are not built')
@@ -163,6 +165,33 @@ def test_a_model_under_use_backend_computes_as_with_that_backend_set_on_every_mo
             assert not torch.equal(set_backend(m, 'cpu_kernel')(x, (6, 5)), reference)
 
 
+@pytest.mark.parametrize('operator', [walk, neighbourhood, features, depthwise], ids=lambda m: m.__name__)
+def test_every_operator_has_one_table_holding_every_backend(operator):
+    assert tuple(operator.IMPLEMENTATIONS) == ops.BACKENDS
+    assert all(callable(f) for f in operator.IMPLEMENTATIONS.values())
+
+
+def test_the_operators_import_nothing_from_the_modules_above_them():
+    """``ops/`` stands alone: no relative import reaches out of it (``from ..layers import ...``)."""
+    for path in Path(ops.__file__).parent.glob('*.py'):
+        reaching_out = [n.module for n in ast.walk(ast.parse(path.read_text()))
+                        if isinstance(n, ast.ImportFrom) and n.level > 1]
+        assert not reaching_out, f'{path.name} imports {reaching_out}'
+
+
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_a_lisa_layer_asks_once_per_operator_call_which_backend_runs_it(backend, monkeypatch):
+    """Forward and backward of a LiSA layer check the backend 4 times, once per operator call (features,
+    walk, local branch, depthwise conv): nothing inside an operator, its backward or the module asks again."""
+    m = build_attention(dict(type='lisa', backend=require(backend, torch.empty(0))), 24, 3, pos_shape=(4, 4))
+    x = torch.randn(2, 30, 24, requires_grad=True)
+    checks = []
+    obstacle = ops_backend._obstacle
+    monkeypatch.setattr(ops_backend, '_obstacle', lambda *args: checks.append(args[0]) or obstacle(*args))
+    m(x, (6, 5)).sum().backward()
+    assert checks == [backend] * 4
+
+
 def test_a_backend_named_explicitly_that_cannot_run_raises_naming_the_reason():
     meta = torch.empty(2, 3, device='meta')
     assert ops.can_run('torch', meta) and ops.can_run('reference', meta) and not ops.can_run('cpu_kernel', meta)
@@ -182,7 +211,7 @@ def test_row_argmax_is_the_first_index_of_each_row_maximum(dtype, length, kernel
     x[0, 0, 0] = 1.0                                     # all equal: index 0
     x[0, 0, 1, length // 2:] = x[0, 0, 1].max() + 1      # ties: the first of them
     x[1, 2, 4, -1] = x[1, 2, 4].max() + 1                # the last entry
-    got = row_argmax(x, kernels)
+    got = walk.PASSES[kernels].row_argmax(x)
     assert got.shape == (2, 3, 5, 1) and got.dtype == torch.long
     assert torch.equal(got, x.argmax(-1, keepdim=True))
     assert got[0, 0, 1].item() == length // 2 and got[1, 2, 4].item() == length - 1

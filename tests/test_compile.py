@@ -10,6 +10,9 @@ from __future__ import annotations
 import copy
 import io
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,6 +79,7 @@ def assert_compiled_matches_eager(model: nn.Module, inputs: list[tuple], rtol=1e
     an entry near zero differed by 2.4e-5 while eager and compiled were both 1e-5 to 1e-4 from a
     float64 run). A wrong graph differs by the tensor's own scale.
     """
+    inductor_workaround.install()  # what every caller of torch.compile does on torch 2.14 (pytorch/pytorch#185510)
     compiled = torch.compile(copy.deepcopy(model), fullgraph=True, **compile_kwargs)
     for args in inputs:
         eager = outputs_and_gradients(model, *args)
@@ -146,6 +150,15 @@ def test_exported_lisa_layer_computes_as_eager(name):
         torch.testing.assert_close(program.module()(x), m(x, (5, 3)), rtol=1e-6, atol=1e-6)
 
 
+def test_importing_the_attentions_leaves_inductor_as_it_is():
+    """Importing the package patches nothing: the workaround is installed by whoever compiles (a fresh
+    interpreter, since this one may have compiled already)."""
+    code = ('import projects.lisa.models.attention, projects.lisa.models.attention.inductor_workaround; '
+            'from torch._inductor import ir; '
+            "assert not getattr(ir.get_fill_order, '_lisa_shape_env_fallback', False), 'patched on import'")
+    subprocess.run([sys.executable, '-W', 'ignore', '-c', code], check=True, cwd=Path(__file__).resolve().parents[1])
+
+
 def test_inductor_orders_symbolic_strides_of_a_lowering_by_its_shape_env():
     """The workaround of pytorch/pytorch#185510: strides that plain SymPy cannot order
     (``8 * (s // 4)**2`` against 1, the heads of a stride-4 patch grid) are ordered in an
@@ -158,7 +171,7 @@ def test_inductor_orders_symbolic_strides_of_a_lowering_by_its_shape_env():
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
     from torch.utils._sympy.functions import FloorDiv
 
-    assert inductor_workaround.install()  # done on import; installing again keeps one wrapper
+    assert inductor_workaround.install() and inductor_workaround.install()  # installing again keeps one wrapper
     assert ir.get_fill_order.__wrapped__.__name__ == 'get_fill_order'
     shape_env = ShapeEnv()
     s = shape_env.create_symbol(64, ConstantSource('s'))

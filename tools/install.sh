@@ -12,7 +12,7 @@ PY="${VENV}/bin/python"
 WHEELS="${LISA_WHEEL_CACHE:-${HOME}/.cache/lisa-mm/wheels}"
 MMCV_VERSION=2.1.0
 STAMP="${VENV}/.lisa-install-stamp"
-digest="$(cat "$0" "${ROOT}/requirements.txt" "${ROOT}/setup.cfg" "${ROOT}/setup.py" "${ROOT}"/projects/lisa/models/attention/csrc/* | sha256sum | cut -d' ' -f1)"
+digest="$(cat "$0" "${ROOT}/requirements.txt" "${ROOT}/setup.cfg" "${ROOT}/setup.py" "${ROOT}"/projects/lisa/models/attention/ops/*_cpu.cpp "${ROOT}"/projects/lisa/models/attention/ops/*.h | sha256sum | cut -d' ' -f1)"
 
 if [[ -x "${PY}" && -f "${STAMP}" && "$(cat "${STAMP}")" == "${digest}" ]]; then
     exit 0
@@ -59,8 +59,9 @@ pip_install --no-deps "openmim==0.3.9"
 log "projects.lisa (editable, with its CPU kernels: a minute or two to compile)"
 pip_install --no-deps --no-build-isolation -e "${ROOT}"
 
-"${PY}" -W ignore -c "import mmcv.ops, mmseg, mmdet, mmpretrain, mim, projects.lisa.models.attention._neighbourhood_cpu, \
-projects.lisa.models.attention._features_cpu, projects.lisa.models.attention._walk_cpu" \
+"${PY}" -W ignore -c "import mmcv.ops, mmseg, mmdet, mmpretrain, mim, projects.lisa.models.attention.ops._neighbourhood_cpu, \
+projects.lisa.models.attention.ops._features_cpu, projects.lisa.models.attention.ops._depthwise_cpu, \
+projects.lisa.models.attention.ops._walk_cpu" \
     || { log "import check failed"; exit 1; }
 echo "${digest}" > "${STAMP}"
 log "done: ${VENV}"

@@ -5,9 +5,12 @@ constructor contract (:data:`CONTEXT`); :func:`register_attention` adds a type (
 Token/grid helpers and the positional encoding are in :mod:`.layers`, the kernelised attentions'
 common part in :mod:`.base`, the operators they call (the walk, the neighbourhood attention, kernel
 features, depthwise conv) and their one backend choice in :mod:`.ops`. Depends on torch alone (no
-OpenMMLab import), so the operators and their benchmarks run anywhere torch does.
+OpenMMLab import), so the operators and their benchmarks run anywhere torch does. Importing it
+changes nothing outside it: the workaround of an inductor bug that whole backbones compiled with
+``torch.compile`` need on torch 2.14 is applied by whoever compiles,
+:func:`.inductor_workaround.install`.
 """
-from . import inductor_workaround, ops
+from . import ops
 from .angular import AngularAttention
 from .base import KernelAttention, set_backend
 from .bra import BiLevelRoutingAttention, LePEAttention
@@ -23,5 +26,3 @@ __all__ = [
     'PositionalEncoding', 'SoftmaxAttention', 'ShiftedWindowAttention', 'LinearAttention', 'FocusedLinearAttention',
     'AngularAttention', 'LiSAAttention', 'BiLevelRoutingAttention', 'LePEAttention', 'ops', 'set_backend'
 ]
-
-inductor_workaround.install()  # torch.compile of whole backbones (pytorch/pytorch#185510)

@@ -118,8 +118,8 @@ class KernelAttention(nn.Module):
     def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
         check_tokens(x, hw_shape, self.num_prefix_tokens)
         q, k, v = self.features(x, hw_shape)
-        if self.dwc is not None and self.backend != 'reference':
-            v = v.contiguous()  # one copy, read by the depthwise CPU kernel and by mix
+        if self.dwc is not None:
+            v = v.contiguous()  # one copy, read by mix and by the depthwise conv (its CPU kernel takes it as it is)
         out = self.mix(q, k, v, hw_shape)
         if self.dwc is not None:
             out = out + self.depthwise(v, hw_shape)

@@ -12,7 +12,8 @@ upstream, #185871, recovers the ShapeEnv of the active graph, as done here).
 ShapeEnv inside an inductor lowering, the order is computed again with the graph's ShapeEnv
 (``argsort_sym``, which decides by the size hints and guards). Whatever torch computed
 before is unchanged; only the comparisons it failed on are answered. Eager code never
-reaches it.
+reaches it. Nothing installs it on import: call :func:`install` right before ``torch.compile``
+(it is idempotent).
 """
 from __future__ import annotations
 

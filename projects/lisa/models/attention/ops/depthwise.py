@@ -1,8 +1,9 @@
 """The kernel attentions' depthwise convolution of the grid tokens, as one operator.
 
-Backends (:mod:`.backend`): ``'reference'`` (:func:`depthwise_conv_reference`, ``F.conv2d``),
-``'torch'`` (the same: there is no tensor-operation custom op of this one), ``'cpu_kernel'``
-(``lisa::depthwise_conv``, ``csrc/features_cpu.cpp``, channels-last on the tokens themselves:
+Backends (:mod:`.backend`, the table :data:`IMPLEMENTATIONS`): ``'reference'``
+(:func:`depthwise_conv_reference`, ``F.conv2d``), ``'torch'`` (the same entry: ``F.conv2d`` is
+already one tensor operation, no custom op of its own), ``'cpu_kernel'``
+(``lisa::depthwise_conv``, ``depthwise_cpu.cpp``, channels-last on the tokens themselves:
 mkldnn's depthwise backward is slow on the CPU; a fake implementation and an analytic backward
 registered as its autograd).
 """
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .backend import extension, resolve
+from .backend import choose, extension
 
 
 def depthwise_conv(x: Tensor, weight: Tensor, bias: Tensor, hw_shape: Sequence[int], num_prefix_tokens: int = 0,
@@ -24,9 +25,7 @@ def depthwise_conv(x: Tensor, weight: Tensor, bias: Tensor, hw_shape: Sequence[i
     ``nn.Conv2d(d, d, k, padding=k // 2, groups=d)`` on each ``(d, H, W)`` grid, prefix
     tokens zero. ``weight (d, 1, k, k)``, ``bias (d,)``. The CPU kernel's output and ``x``'s
     gradient keep ``x``'s shape (no view of a reshaped tensor, which autograd could not add to in place)."""
-    if resolve(backend, x, weight, bias) != 'cpu_kernel':
-        return depthwise_conv_reference(x, weight, bias, hw_shape, num_prefix_tokens)
-    return torch.ops.lisa.depthwise_conv(x.contiguous(), weight, bias, *hw_shape, num_prefix_tokens)
+    return choose(IMPLEMENTATIONS, backend, x, weight, bias)(x, weight, bias, hw_shape, num_prefix_tokens)
 
 
 def depthwise_conv_reference(x: Tensor, weight: Tensor, bias: Tensor, hw_shape: Sequence[int],
@@ -44,17 +43,22 @@ def depthwise_conv_reference(x: Tensor, weight: Tensor, bias: Tensor, hw_shape: 
     return F.pad(out, (0, 0, p, 0)) if p else out
 
 
+def _custom_op(x: Tensor, weight: Tensor, bias: Tensor, hw_shape: Sequence[int], num_prefix_tokens: int = 0) -> Tensor:
+    """:func:`depthwise_conv` by the custom op ``lisa::depthwise_conv`` (the CPU kernel)."""
+    return torch.ops.lisa.depthwise_conv(x.contiguous(), weight, bias, *hw_shape, num_prefix_tokens)
+
+
 @torch.library.custom_op('lisa::depthwise_conv', mutates_args=(), schema=(
     '(Tensor x, Tensor weight, Tensor bias, SymInt h, SymInt w, int num_prefix_tokens) -> Tensor'))
 def _depthwise_conv(x: Tensor, weight: Tensor, bias: Tensor, h: int, w: int, num_prefix_tokens: int) -> Tensor:
-    return extension('features').depthwise_forward(x, weight, bias, num_prefix_tokens, h, w)
+    return extension('depthwise').depthwise_forward(x, weight, bias, num_prefix_tokens, h, w)
 
 
 @torch.library.custom_op('lisa::depthwise_conv_backward', mutates_args=(), schema=(
     '(Tensor grad, Tensor x, Tensor weight, SymInt h, SymInt w, int num_prefix_tokens) -> (Tensor, Tensor, Tensor)'))
 def _depthwise_conv_backward(grad: Tensor, x: Tensor, weight: Tensor, h: int, w: int,
                              num_prefix_tokens: int) -> tuple[Tensor, Tensor, Tensor]:
-    return tuple(extension('features').depthwise_backward(grad, x, weight, num_prefix_tokens, h, w))
+    return tuple(extension('depthwise').depthwise_backward(grad, x, weight, num_prefix_tokens, h, w))
 
 
 @_depthwise_conv.register_fake
@@ -79,3 +83,7 @@ def _depthwise_backward(ctx, grad: Tensor) -> tuple:
 
 
 _depthwise_conv.register_autograd(_depthwise_backward, setup_context=_depthwise_setup)
+
+#: The depthwise convolution by backend (:mod:`.backend`), one signature, :func:`depthwise_conv`'s without
+#: ``backend``.
+IMPLEMENTATIONS = {'reference': depthwise_conv_reference, 'torch': depthwise_conv_reference, 'cpu_kernel': _custom_op}

@@ -1,8 +1,9 @@
 """FLatten's focused kernel features of :class:`~..base.KernelAttention`, as one operator.
 
-Backends (:mod:`.backend`): ``'reference'`` (:func:`kernel_features_reference`, plain tensor
-code), ``'torch'`` (the same: there is no tensor-operation custom op of this one), ``'cpu_kernel'``
-(``lisa::kernel_features``, ``csrc/features_cpu.cpp``: one pass over the tokens straight into a
+Backends (:mod:`.backend`, the table :data:`IMPLEMENTATIONS`): ``'reference'``
+(:func:`kernel_features_reference`, plain tensor code), ``'torch'`` (the same entry: the definition
+is already a few tensor operations, no custom op of its own), ``'cpu_kernel'``
+(``lisa::kernel_features``, ``features_cpu.cpp``: one pass over the tokens straight into a
 contiguous per-head layout, a fake implementation and an analytic backward registered as its
 autograd, so ``torch.compile`` traces it into one graph).
 """
@@ -14,8 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..layers import split_heads
-from .backend import extension, resolve
+from .backend import choose, extension
 
 
 def focus(x: Tensor, p: float) -> Tensor:
@@ -43,10 +43,7 @@ def kernel_features(qkv: Tensor, pos: Tensor | None, s: Tensor, heads: int, p: f
     (:func:`focus`). The CPU kernel writes them contiguous per head and its backward recomputes
     the features from ``qkv`` (nothing token-sized is kept but ``qkv``)."""
     tensors = (qkv, s) if pos is None else (qkv, pos, s)
-    if resolve(backend, *tensors) != 'cpu_kernel':
-        return kernel_features_reference(qkv, pos, s, heads, p)
-    pos = pos.contiguous() if pos is not None else None
-    return torch.ops.lisa.kernel_features(qkv.contiguous(), pos, s.contiguous(), heads, float(p))
+    return choose(IMPLEMENTATIONS, backend, *tensors)(qkv, pos, s, heads, p)
 
 
 def kernel_features_reference(qkv: Tensor, pos: Tensor | None, s: Tensor | None, heads: int, p: float | None,
@@ -59,7 +56,13 @@ def kernel_features_reference(qkv: Tensor, pos: Tensor | None, s: Tensor | None,
     q, k = feature_map(q), feature_map(k)
     if s is not None:
         q, k = focus((q + 1e-6) / s, p), focus((k + 1e-6) / s, p)
-    return tuple(split_heads(t, heads) for t in (q, k, v))
+    return tuple(t.unflatten(-1, (heads, -1)).transpose(1, 2) for t in (q, k, v))  # (B, N, h d) -> (B, h, N, d)
+
+
+def _custom_op(qkv: Tensor, pos: Tensor | None, s: Tensor, heads: int, p: float) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`kernel_features` by the custom op ``lisa::kernel_features`` (the CPU kernel)."""
+    pos = pos.contiguous() if pos is not None else None
+    return torch.ops.lisa.kernel_features(qkv.contiguous(), pos, s.contiguous(), heads, float(p))
 
 
 @torch.library.custom_op('lisa::kernel_features', mutates_args=(), schema=(
@@ -101,3 +104,7 @@ def _features_backward(ctx, gq: Tensor, gk: Tensor, gv: Tensor) -> tuple:
 
 
 _kernel_features.register_autograd(_features_backward, setup_context=_features_setup)
+
+#: The kernel features by backend (:mod:`.backend`), one signature ``(qkv, pos, s, heads, p)``.
+IMPLEMENTATIONS = {'reference': kernel_features_reference, 'torch': kernel_features_reference,
+                   'cpu_kernel': _custom_op}

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .backend import extension, resolve
+from .backend import choose, extension
 
 # Elements of one operand processed at a time on the CPU by the tensor-operation
 # path: the window offsets then reuse it from cache instead of streaming it from
@@ -31,30 +31,20 @@ def neighbourhood_attention(
     (``w``, default 1) broadcasts to ``(B, h, 1, 1)``: a fusion weight folded
     into the attention weights, which costs no pass over the tokens.
 
-    Backends (:mod:`.backend`): ``'reference'`` is the definition,
+    Backends (:mod:`.backend`, the table :data:`IMPLEMENTATIONS`): ``'reference'`` is the definition,
     :func:`neighbourhood_attention_reference`. ``'torch'`` (op ``lisa::neighbourhood``)
     computes each window offset as one tensor operation over the overlapping parts
     of two grids (no padded or unfolded copies), on the CPU in row blocks that stay
     in cache across the offsets. ``'cpu_kernel'`` (op ``lisa::neighbourhood_fused``,
-    ``csrc/neighbourhood_cpu.cpp``) computes each token's window in one go, forward
+    ``neighbourhood_cpu.cpp``) computes each token's window in one go, forward
     and backward, parallel over grid rows. Both ops have their own backward, keep
     q, k, v and the ``k*k`` weights per token for it and gather each token's
     gradients from its neighbours (no scatter), so the result does not depend on
     the number of threads; they run in float32 at least (exp of large similarities
     under fp16/bf16), the output has ``v``'s dtype.
     """
-    dtype = torch.promote_types(torch.promote_types(q.dtype, v.dtype), torch.float32)
-    with torch.autocast(q.device.type, enabled=False):
-        # (B, h, N, d) as it is: the ops return gradients in that shape, which autograd can add
-        # the other branches' gradients to in place (not to a view of a reshaped tensor).
-        qkv = tuple(t.to(dtype).contiguous() for t in (q, k, v))
-        backend = resolve(backend, *qkv)
-        if backend != 'reference':
-            w = torch.ones((), dtype=dtype, device=q.device) if out_scale is None else out_scale
-            w = w.to(dtype).expand(*q.shape[:2], 1, 1).flatten().contiguous()
-            op = torch.ops.lisa.neighbourhood_fused if backend == 'cpu_kernel' else torch.ops.lisa.neighbourhood
-            return op(*qkv, w, *hw_shape, num_prefix_tokens, scale, kernel_size)[0].to(v.dtype)
-    return neighbourhood_attention_reference(q, k, v, hw_shape, scale, kernel_size, out_scale, num_prefix_tokens)
+    attend = choose(IMPLEMENTATIONS, backend, q, k, v, dtype=_compute_dtype(q, v))
+    return attend(q, k, v, hw_shape, scale, kernel_size, out_scale, num_prefix_tokens)
 
 
 def neighbourhood_attention_reference(
@@ -75,6 +65,28 @@ def neighbourhood_attention_reference(
     attn = logits.masked_fill(~inside, -math.inf).softmax(-1)
     out = torch.cat([v[:, :, :p], (attn.unsqueeze(-1) * windows(v)).sum(-2).flatten(2, 3)], dim=2)
     return out if out_scale is None else out * out_scale
+
+
+def _compute_dtype(q: Tensor, v: Tensor) -> torch.dtype:
+    """The dtype the custom ops compute in: float32 at least (exp of large similarities under fp16/bf16)."""
+    return torch.promote_types(torch.promote_types(q.dtype, v.dtype), torch.float32)
+
+
+def _custom_op(op: Callable[..., tuple[Tensor, Tensor]]) -> Callable[..., Tensor]:
+    """:func:`neighbourhood_attention` by the custom op ``op``, outside autocast in :func:`_compute_dtype`."""
+
+    def attend(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], scale: float, kernel_size: int = 3,
+               out_scale: Tensor | None = None, num_prefix_tokens: int = 0) -> Tensor:
+        dtype = _compute_dtype(q, v)
+        with torch.autocast(q.device.type, enabled=False):
+            # (B, h, N, d) as it is: the ops return gradients in that shape, which autograd can add
+            # the other branches' gradients to in place (not to a view of a reshaped tensor).
+            qkv = tuple(t.to(dtype).contiguous() for t in (q, k, v))
+            w = torch.ones((), dtype=dtype, device=q.device) if out_scale is None else out_scale
+            w = w.to(dtype).expand(*q.shape[:2], 1, 1).flatten().contiguous()
+            return op(*qkv, w, *hw_shape, num_prefix_tokens, scale, kernel_size)[0].to(v.dtype)
+
+    return attend
 
 
 def _prefix_forward(v: Tensor, out_scale: Tensor, out: Tensor, p: int) -> None:
@@ -262,3 +274,8 @@ def _define(name: str, forward: Callable, backward: Callable, attn_shape: Callab
 
 _define('neighbourhood_fused', _fused_forward, _fused_backward, lambda bh, h, w, kk: (bh, h, w, kk))
 _define('neighbourhood', _tensor_forward, _tensor_backward, lambda bh, h, w, kk: (bh, kk, h, w))
+
+#: The neighbourhood attention by backend (:mod:`.backend`), one signature, :func:`neighbourhood_attention`'s
+#: without ``backend``.
+IMPLEMENTATIONS = {'reference': neighbourhood_attention_reference, 'torch': _custom_op(torch.ops.lisa.neighbourhood),
+                   'cpu_kernel': _custom_op(torch.ops.lisa.neighbourhood_fused)}

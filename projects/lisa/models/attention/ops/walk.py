@@ -20,20 +20,24 @@ fp16/bf16 finite. The stabilising epsilon enters as
 
 scale-free as well; it only matters for an all-zero q_i (ReLU features).
 
-Backends (:mod:`.backend`). ``'reference'``: :func:`random_walk_reference`, the
-definition, Eq. 8 in a few lines of tensor code differentiated by autograd.
-``'torch'``: the same forward with an analytic backward, as the registered custom
-op ``lisa::random_walk`` (so ``torch.compile`` traces it); ``'cpu_kernel'``: that op
-with its token-wise passes by the compiled kernels (``csrc/walk_cpu.cpp``). The
-tests hold every backend to the reference in float64, forward and gradients.
+Backends (:mod:`.backend`, the table :data:`IMPLEMENTATIONS`). ``'reference'``:
+:func:`random_walk_reference`, the definition, Eq. 8 in a few lines of tensor code
+differentiated by autograd. ``'torch'``: the same forward with an analytic backward, as
+the registered custom op ``lisa::random_walk`` (so ``torch.compile`` traces it), its
+token-wise passes in tensor operations (:class:`TensorPasses`); ``'cpu_kernel'``: that op
+with its token-wise passes by the compiled kernels (:class:`KernelPasses`,
+``walk_cpu.cpp``), the op's flag ``kernels`` naming the passes. The tests hold every
+backend to the reference in float64, forward and gradients.
 T = infinity has one implementation, :func:`untruncated_walk`, plain tensor code.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
-from .backend import can_run, extension, resolve
+from .backend import choose, extension
 
 
 def geometric_weights(beta: float, num_steps: int) -> Tensor:
@@ -84,18 +88,10 @@ def random_walk(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float, ba
     ``Q~ [M_1 | ... | M_(T-1)]`` in a single token pass. The custom op's backward is
     analytic (:func:`_walk_backward`): it keeps ``Q~``, ``K / max(K)``, ``V``, the weights
     and the d x dv matrices, never a token-sized tensor per walk term; it runs in the
-    autocast dtype under autocast. ``backend``: :mod:`.backend`.
+    autocast dtype under autocast. ``backend``: :mod:`.backend` (:data:`IMPLEMENTATIONS`).
     """
-    dtype = compute_dtype(q, k, v)
-    with torch.autocast(q.device.type, enabled=False):
-        args = (q.to(dtype), k.to(dtype), v.to(dtype), weights.to(dtype))
-        backend = resolve(backend, *args)
-        if backend != 'reference':
-            if weights.shape[-1] == 1:
-                return v * weights.to(v.dtype)
-            w = args[3].reshape((1,) * (4 - weights.dim()) + weights.shape)
-            return torch.ops.lisa.random_walk(*args[:3], w, eps, backend == 'cpu_kernel')[0].to(v.dtype)
-    return random_walk_reference(q, k, v, weights, eps)
+    walk = choose(IMPLEMENTATIONS, backend, q, k, v, weights, dtype=compute_dtype(q, k, v))
+    return walk(q, k, v, weights, eps)
 
 
 def random_walk_reference(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) -> Tensor:
@@ -110,6 +106,21 @@ def random_walk_reference(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps:
         out = out + weights[..., t:t + 1] * (q_hat @ m)
         m = a @ m
     return out
+
+
+def _custom_op(kernels: bool) -> Callable[..., Tensor]:
+    """:func:`random_walk` by the custom op ``lisa::random_walk``, outside autocast in the computation
+    dtype (:func:`compute_dtype`), its token-wise passes by the compiled kernels with ``kernels``."""
+
+    def walk(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) -> Tensor:
+        dtype = compute_dtype(q, k, v)
+        with torch.autocast(q.device.type, enabled=False):
+            if weights.shape[-1] == 1:
+                return v * weights.to(v.dtype)
+            w = weights.to(dtype).reshape((1,) * (4 - weights.dim()) + weights.shape)
+            return torch.ops.lisa.random_walk(q.to(dtype), k.to(dtype), v.to(dtype), w, eps, kernels)[0].to(v.dtype)
+
+    return walk
 
 
 def _add_matmul_(out: Tensor, a: Tensor, b: Tensor) -> Tensor:
@@ -130,89 +141,103 @@ def _sum_to(x: Tensor, shape: torch.Size) -> Tensor:
     return x.sum(dims, keepdim=True) if dims else x
 
 
-def _kernels(kernels: bool, *tensors: Tensor) -> bool:
-    """Whether a token-wise pass runs by the compiled kernels: asked for (``kernels``) and runnable on ``tensors``."""
-    return kernels and can_run('cpu_kernel', *tensors)
+class TensorPasses:
+    """The walk's token-wise passes (around its d x d products) in tensor operations: backend ``'torch'``,
+    and the fake implementation of both backends' op."""
+
+    @staticmethod
+    def row_argmax(x: Tensor) -> Tensor:
+        """``x.argmax(-1, keepdim=True)``: the first index among equal maxima."""
+        return x.argmax(-1, keepdim=True)
+
+    def scaled_features(self, q: Tensor, k: Tensor, eps: float) -> list[Tensor]:
+        """``[q_hat, k_bar, mq, mk, c, q_scale, k_scale, mu]`` of :func:`_walk_forward`'s first lines."""
+        n = k.shape[-2]
+        s = n ** -0.5
+        sd = torch.promote_types(q.dtype, torch.float32)  # per-token scalars: float32 at least
+        mq = q.amax(dim=-1, keepdim=True).to(sd)                            # (B, h, n, 1)
+        mk = k.amax(dim=(-2, -1), keepdim=True).to(sd)                      # (B, h, 1, 1)
+        k_scale = torch.where(mk > 0, s / mk, 0.0)                          # an all-zero K stays zero
+        k_bar = torch.mul(k, k_scale, out=torch.empty_like(k))
+        mu = k_bar.sum(-2, keepdim=True, dtype=sd) * s                      # (B, h, 1, d), <= 1
+        qmu = q.to(sd) @ mu.transpose(-2, -1)                               # (B, h, n, 1)
+        nonzero = mq > 0
+        c = s / (torch.where(nonzero, qmu / mq, 0.0) + eps)
+        q_scale = torch.where(nonzero, c / mq, 0.0)                         # an all-zero q_i stays zero
+        q_hat = torch.mul(q, q_scale, out=torch.empty_like(q))
+        return [q_hat, k_bar, mq, mk, c, q_scale, k_scale, mu]
+
+    def combine(self, v: Tensor, hops: Tensor, weights: Tensor) -> Tensor:
+        """``Y = w_0 v + sum_{t>=1} w_t hop_t`` for per-token weights, ``hops (B, h, n, (T-1) dv)``."""
+        out = weights[..., :1] * v
+        for t, hop in enumerate(hops.chunk(weights.shape[-1] - 1, dim=-1), start=1):
+            out.addcmul_(weights[..., t:t + 1], hop)
+        return out
+
+    def combine_backward(self, grad: Tensor, v: Tensor, q_hat: Tensor, proj: Tensor,
+                         weights: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Backward of :meth:`combine` with ``hop_t = q_hat M_t``, from ``proj_t = grad M_t^T``:
+        ``[w_1 grad | ... | w_(T-1) grad]`` (for ``d M = q_hat^T (.)``), ``d q_hat = sum_t w_t proj_t``
+        and ``d w``, ``(B, h, n, T)``."""
+        steps = weights.shape[-1] - 1
+        w_grad = grad.new_empty(grad.shape[:-1] + (steps * grad.shape[-1],))
+        d_w = [_row_dot(grad, v)]
+        d_q_hat = None
+        for t, (p, wg) in enumerate(zip(proj.chunk(steps, dim=-1), w_grad.chunk(steps, dim=-1)), start=1):
+            w_t = weights[..., t:t + 1]
+            d_w.append(_row_dot(q_hat, p))
+            d_q_hat = p * w_t if d_q_hat is None else d_q_hat.addcmul_(p, w_t)
+            torch.mul(grad, w_t, out=wg)
+        return w_grad, d_q_hat, torch.stack(d_w, dim=-1)
+
+    def q_backward(self, d_q_hat: Tensor, q_hat: Tensor, mu: Tensor, mq: Tensor, c: Tensor, q_scale: Tensor,
+                   eps: float) -> tuple[Tensor, Tensor]:
+        """``(d q, d mu)`` from ``d q_hat`` (overwritten): ``q_hat_i = c_i q_i / mq_i``,
+        ``c_i = s / (q_i.mu / mq_i + eps)``; with ``e_i = -(q_hat_i.d_q_hat_i) / s``,
+        ``d q_i = (c_i / mq_i) (d_q_hat_i + e_i mu)`` (+ ``eps c_i e_i / mq_i`` at the argmax of
+        ``q_i``), ``d mu = sum_i e_i q_hat_i``."""
+        s = q_hat.shape[-2] ** -0.5
+        e = _row_dot(q_hat, d_q_hat).unsqueeze(-1) * (-1 / s)
+        d_mu = (e.transpose(-2, -1) @ q_hat).to(mu.dtype)
+        d_q = torch.mul(d_q_hat.addcmul_(e, mu.to(e.dtype)), q_scale, out=d_q_hat)
+        # the argmax found now (not saved): q_hat_i is a positive multiple of q_i
+        d_q.scatter_add_(-1, self.row_argmax(q_hat), (e * c * torch.where(mq > 0, eps / mq, 0.0)).to(d_q.dtype))
+        return d_q, d_mu
 
 
-def row_argmax(x: Tensor, kernels: bool) -> Tensor:
-    """``x.argmax(-1, keepdim=True)`` (the first index among equal maxima), with ``kernels`` by the
-    compiled pass: torch's argmax over rows of a head's width is ~10x slower than a pass over them."""
-    if _kernels(kernels, x):
+class KernelPasses(TensorPasses):
+    """The walk's token-wise passes by the compiled CPU kernels (``walk_cpu.cpp``): backend ``'cpu_kernel'``.
+    The per-token passes need weights given per token ``(B, h, n, T)``; weights broadcast over batch or
+    heads take the tensor operations."""
+
+    @staticmethod
+    def row_argmax(x: Tensor) -> Tensor:
+        """As :meth:`TensorPasses.row_argmax`: torch's argmax over rows of a head's width is ~10x slower
+        than a pass over them."""
         return extension('walk').row_argmax(x.contiguous())
-    return x.argmax(-1, keepdim=True)
 
-
-def _scaled_features(q: Tensor, k: Tensor, eps: float, kernels: bool) -> list[Tensor]:
-    """``[q_hat, k_bar, mq, mk, c, q_scale, k_scale, mu]`` of :func:`_walk_forward`'s first lines."""
-    if _kernels(kernels, q, k):
+    def scaled_features(self, q: Tensor, k: Tensor, eps: float) -> list[Tensor]:
         return extension('walk').walk_prepare(q.contiguous(), k.contiguous(), eps)
-    n = k.shape[-2]
-    s = n ** -0.5
-    sd = torch.promote_types(q.dtype, torch.float32)  # per-token scalars: float32 at least
-    mq = q.amax(dim=-1, keepdim=True).to(sd)                            # (B, h, n, 1)
-    mk = k.amax(dim=(-2, -1), keepdim=True).to(sd)                      # (B, h, 1, 1)
-    k_scale = torch.where(mk > 0, s / mk, 0.0)                          # an all-zero K stays zero
-    k_bar = torch.mul(k, k_scale, out=torch.empty_like(k))
-    mu = k_bar.sum(-2, keepdim=True, dtype=sd) * s                      # (B, h, 1, d), <= 1
-    qmu = q.to(sd) @ mu.transpose(-2, -1)                               # (B, h, n, 1)
-    nonzero = mq > 0
-    c = s / (torch.where(nonzero, qmu / mq, 0.0) + eps)
-    q_scale = torch.where(nonzero, c / mq, 0.0)                         # an all-zero q_i stays zero
-    q_hat = torch.mul(q, q_scale, out=torch.empty_like(q))
-    return [q_hat, k_bar, mq, mk, c, q_scale, k_scale, mu]
 
-
-def _per_token_kernels(kernels: bool, weights: Tensor, *tensors: Tensor) -> bool:
-    """Whether the fused passes of per-token weights ``(B, h, n, T)`` can run."""
-    return weights.shape[:-1] == tensors[0].shape[:-1] and _kernels(kernels, weights, *tensors)
-
-
-def _combine(v: Tensor, hops: Tensor, weights: Tensor, kernels: bool) -> Tensor:
-    """``Y = w_0 v + sum_{t>=1} w_t hop_t`` for per-token weights, ``hops (B, h, n, (T-1) dv)``."""
-    if _per_token_kernels(kernels, weights, v, hops):
+    def combine(self, v: Tensor, hops: Tensor, weights: Tensor) -> Tensor:
+        if weights.shape[:-1] != v.shape[:-1]:
+            return super().combine(v, hops, weights)
         return extension('walk').walk_combine(v.contiguous(), hops, weights.contiguous())
-    out = weights[..., :1] * v
-    for t, hop in enumerate(hops.chunk(weights.shape[-1] - 1, dim=-1), start=1):
-        out.addcmul_(weights[..., t:t + 1], hop)
-    return out
 
-
-def _combine_backward(grad: Tensor, v: Tensor, q_hat: Tensor, proj: Tensor, weights: Tensor,
-                      kernels: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """Backward of :func:`_combine` with ``hop_t = q_hat M_t``, from ``proj_t = grad M_t^T``:
-    ``[w_1 grad | ... | w_(T-1) grad]`` (for ``d M = q_hat^T (.)``), ``d q_hat = sum_t w_t proj_t``
-    and ``d w``, ``(B, h, n, T)``."""
-    if _per_token_kernels(kernels, weights, grad, v, q_hat, proj):
+    def combine_backward(self, grad: Tensor, v: Tensor, q_hat: Tensor, proj: Tensor,
+                         weights: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        if weights.shape[:-1] != grad.shape[:-1]:
+            return super().combine_backward(grad, v, q_hat, proj, weights)
         return extension('walk').walk_combine_backward(grad.contiguous(), v.contiguous(), q_hat, proj,
                                                        weights.contiguous())
-    steps = weights.shape[-1] - 1
-    w_grad = grad.new_empty(grad.shape[:-1] + (steps * grad.shape[-1],))
-    d_w = [_row_dot(grad, v)]
-    d_q_hat = None
-    for t, (p, wg) in enumerate(zip(proj.chunk(steps, dim=-1), w_grad.chunk(steps, dim=-1)), start=1):
-        w_t = weights[..., t:t + 1]
-        d_w.append(_row_dot(q_hat, p))
-        d_q_hat = p * w_t if d_q_hat is None else d_q_hat.addcmul_(p, w_t)
-        torch.mul(grad, w_t, out=wg)
-    return w_grad, d_q_hat, torch.stack(d_w, dim=-1)
 
-
-def _q_backward(d_q_hat: Tensor, q_hat: Tensor, mu: Tensor, mq: Tensor, c: Tensor, q_scale: Tensor, eps: float,
-                kernels: bool) -> tuple[Tensor, Tensor]:
-    """``(d q, d mu)`` from ``d q_hat`` (overwritten): ``q_hat_i = c_i q_i / mq_i``,
-    ``c_i = s / (q_i.mu / mq_i + eps)``; with ``e_i = -(q_hat_i.d_q_hat_i) / s``,
-    ``d q_i = (c_i / mq_i) (d_q_hat_i + e_i mu)`` (+ ``eps c_i e_i / mq_i`` at the argmax of
-    ``q_i``), ``d mu = sum_i e_i q_hat_i``."""
-    if _kernels(kernels, d_q_hat, q_hat, mu, mq, c, q_scale):
+    def q_backward(self, d_q_hat: Tensor, q_hat: Tensor, mu: Tensor, mq: Tensor, c: Tensor, q_scale: Tensor,
+                   eps: float) -> tuple[Tensor, Tensor]:
         return d_q_hat, extension('walk').walk_q_backward(d_q_hat, q_hat, mu, mq, c, q_scale, eps)
-    s = q_hat.shape[-2] ** -0.5
-    e = _row_dot(q_hat, d_q_hat).unsqueeze(-1) * (-1 / s)
-    d_mu = (e.transpose(-2, -1) @ q_hat).to(mu.dtype)
-    d_q = torch.mul(d_q_hat.addcmul_(e, mu.to(e.dtype)), q_scale, out=d_q_hat)
-    # the argmax found now (not saved): q_hat_i is a positive multiple of q_i
-    d_q.scatter_add_(-1, row_argmax(q_hat, kernels), (e * c * torch.where(mq > 0, eps / mq, 0.0)).to(d_q.dtype))
-    return d_q, d_mu
+
+
+#: The passes of the op's flag ``kernels``.
+PASSES = {False: TensorPasses(), True: KernelPasses()}
 
 
 def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float,
@@ -232,9 +257,10 @@ def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float,
     on to their argmax is the eps term's, in closed form. Token-sized tensors
     saved: ``q_hat`` and ``k_bar`` beside the inputs ``v`` and the weights.
     ``kernels``: the token-wise passes by the compiled CPU kernels (backend
-    ``'cpu_kernel'``) where they can run; ignored by the fake implementation.
+    ``'cpu_kernel'``, :data:`PASSES`); the fake implementation passes False.
     """
-    saved = _scaled_features(q, k, eps, kernels)
+    passes = PASSES[kernels]
+    saved = passes.scaled_features(q, k, eps)
     q_hat, k_bar = saved[:2]
     kt = k_bar.transpose(-2, -1)
     a, m = kt @ q_hat, [kt @ v]
@@ -244,13 +270,14 @@ def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float,
     if weights.shape[-2] == 1:  # the same weights for every token: fold them
         out = (q_hat @ (weights[..., 0, 1:, None, None] * m).sum(-3)).addcmul_(weights[..., :1], v)
     else:
-        out = _combine(v, q_hat @ m.transpose(-3, -2).flatten(-2), weights, kernels)
+        out = passes.combine(v, q_hat @ m.transpose(-3, -2).flatten(-2), weights)
     return out, [*saved, a, m]
 
 
 def _walk_backward(grad: Tensor, v: Tensor, weights: Tensor, saved: list[Tensor], eps: float,
                    kernels: bool) -> list[Tensor]:
     """Gradients of :func:`_walk_forward`'s output with respect to ``q, k, v, weights``."""
+    passes = PASSES[kernels]
     q_hat, k_bar, mq, mk, c, q_scale, k_scale, mu, a, m = saved
     s = k_bar.shape[-2] ** -0.5
     steps = m.shape[-3]  # T - 1
@@ -263,7 +290,7 @@ def _walk_backward(grad: Tensor, v: Tensor, weights: Tensor, saved: list[Tensor]
                          (d_m_w.unsqueeze(-3) * m).sum((-2, -1))], dim=-1).unsqueeze(-2)
     else:
         proj = grad @ m.transpose(-2, -1).transpose(-3, -2).flatten(-2)  # (B, h, n, (T-1) d)
-        w_grad, d_q_hat, d_w = _combine_backward(grad, v, q_hat, proj, weights, kernels)
+        w_grad, d_q_hat, d_w = passes.combine_backward(grad, v, q_hat, proj, weights)
         d_m = (q_hat.transpose(-2, -1) @ w_grad).unflatten(-1, (steps, -1)).transpose(-3, -2)
     d_weights = _sum_to(d_w, weights.shape)
     # M_(t+1) = A M_t
@@ -276,12 +303,12 @@ def _walk_backward(grad: Tensor, v: Tensor, weights: Tensor, saved: list[Tensor]
     _add_matmul_(d_q_hat, k_bar, d_a)
     d_v = _add_matmul_(torch.mul(grad, weights[..., :1], out=grad.new_empty(grad.shape)), k_bar, d_m[0])
     d_k_bar = _add_matmul_(q_hat @ d_a.transpose(-2, -1), v, d_m[0].transpose(-2, -1))
-    d_q, d_mu = _q_backward(d_q_hat, q_hat, mu, mq, c, q_scale, eps, kernels)
+    d_q, d_mu = passes.q_backward(d_q_hat, q_hat, mu, mq, c, q_scale, eps)
     # k_bar = k s / mk, mu = s sum_j k_bar_j: sum(d_k_bar * k_bar) from the d x d products
     d_mk = -torch.where(mk > 0, ((d_a * a).sum((-2, -1), keepdim=True) + (d_m[0] * m[..., 0, :, :]).sum(
         (-2, -1), keepdim=True) + (d_mu * mu).sum((-2, -1), keepdim=True)) / mk, 0.0)
     d_k = torch.addcmul((d_mu * (s * k_scale)).to(d_k_bar.dtype), d_k_bar, k_scale, out=d_k_bar)
-    d_k.flatten(-2).scatter_add_(-1, row_argmax(k_bar.flatten(-2), kernels), d_mk.flatten(-2).to(d_k.dtype))
+    d_k.flatten(-2).scatter_add_(-1, passes.row_argmax(k_bar.flatten(-2)), d_mk.flatten(-2).to(d_k.dtype))
     return [d_q, d_k, d_v, d_weights]
 
 
@@ -308,6 +335,9 @@ _forward_op.register_fake(lambda q, k, v, weights, eps, kernels: _walk_forward(q
 _backward_op.register_fake(lambda grad, v, weights, saved, eps, kernels: _walk_backward(grad, v, weights, saved,
                                                                                          eps, False))
 _forward_op.register_autograd(_backward, setup_context=_setup_context)
+
+#: The walk by backend (:mod:`.backend`), one signature ``(q, k, v, weights, eps)``.
+IMPLEMENTATIONS = {'reference': random_walk_reference, 'torch': _custom_op(False), 'cpu_kernel': _custom_op(True)}
 
 
 def untruncated_walk(q_hat: Tensor, k_bar: Tensor, v: Tensor, beta: float) -> Tensor:

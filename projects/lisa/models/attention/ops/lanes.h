@@ -1,4 +1,4 @@
-// Shared by the fused CPU kernels (neighbourhood_cpu.cpp, features_cpu.cpp): function
+// Shared by the fused CPU kernels (*_cpu.cpp beside this file): function
 // multiversioning of the hot loops and 32-byte vector lanes.
 #pragma once
 
@@ -12,6 +12,8 @@
 #endif
 // Helpers of the cloned functions: inlined, hence compiled for each clone's target.
 #define LISA_INLINE inline __attribute__((always_inline))
+// The same for a lambda passed to such a helper (a lambda is implicitly inline).
+#define LISA_INLINE_LAMBDA __attribute__((always_inline))
 
 // 32-byte vectors (GCC/Clang vector extensions): AVX2 registers in the x86-64-v3 clone.
 namespace {

@@ -1,4 +1,4 @@
-// Shared by the fused CPU kernels (neighbourhood_cpu.cpp, features_cpu.cpp): the token layout
+// Shared by the fused CPU kernels (neighbourhood_cpu.cpp, depthwise_cpu.cpp): the token layout
 // (..., N, d), batch-heads in the leading dimensions.
 #pragma once
 
