@@ -27,6 +27,7 @@ from mmengine.config import Config
 
 from ..synthetic.long_range import write_probe
 from . import long_range as report
+from .scalars import run_metric, training_values
 
 ROOT = Path(__file__).resolve().parents[3]
 ATTENTION_CONFIG = 'configs/long_range/lookup_vit-1l_{}_64px.py'
@@ -174,14 +175,12 @@ def run_one(item: dict, data: Path, work_dir: Path, threads: int) -> list[dict]:
     if done.returncode or (seg and not counts.is_file()):
         raise RuntimeError(f'{task} {attention} run {run} failed (exit {done.returncode}); see {run_dir}/train.log')
     seconds = time.perf_counter() - start
-    step = [json.loads(line)['time'] for p in run_dir.glob('*/vis_data/scalars.json')
-            for line in p.read_text().splitlines() if '"time"' in line and '"loss"' in line]
+    step = training_values(run_dir, 'time')
     if seg:
         cells = json.loads(counts.read_text())
     else:  # classification: one cell, the held-out images
         total = len(list((data / 'val').glob('*/*.png')))
-        top1 = [json.loads(line)['accuracy/top1'] for p in run_dir.glob('*/vis_data/scalars.json')
-                for line in p.read_text().splitlines() if 'accuracy/top1' in line][-1]
+        top1 = run_metric(run_dir, 'accuracy/top1', 'last')
         cells = [dict(hops=0, lo=0, hi=0, correct=round(top1 * total / 100), total=total)]
     common = dict(item, seconds=seconds, s_per_iter=sum(step) / len(step) if step else float('nan'),
                   params=parameter_count(config))
