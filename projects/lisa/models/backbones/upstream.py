@@ -8,7 +8,7 @@ only its ``type`` changed builds that model: each backbone's ``__init__`` is dec
 translators share: one vocabulary per call (:func:`one_vocabulary`, :func:`named_upstream`), an
 upstream value not implemented refused with the reason (:func:`reject_unsupported`), ``pretrained``
 as ``init_cfg`` (:func:`pretrained_to_init_cfg`), per-stage upstream values set in the attention
-configs of the stages they concern (:func:`set_attn_arg`).
+configs of the stages they concern (:func:`set_attn_arg`, :func:`set_attn_args`).
 """
 from __future__ import annotations
 
@@ -60,30 +60,44 @@ def accepts_upstream_args(translate: Callable[[type, dict], dict]) -> Callable:
     return wrap
 
 
+def set_attn_args(attn_cfgs: Mapping | Sequence[Mapping], num: int, attn_type: str, values: Sequence[Mapping],
+                  where: str, given: bool = True, only: Sequence | None = None) -> list[dict]:
+    """One attention config per stage with the items of ``values[i]`` set in stage ``i`` where its
+    type is ``attn_type``; ``where`` names a value in an error (formatted with ``i``, ``key``, ``value``).
+
+    ``given`` (the caller passed the values): raises if a stage's own config sets another value, or
+    if a stage of another type gets a value not in ``only`` (it has no such parameter; ``only=None``:
+    not checked). Not ``given`` (upstream defaults): fills the stages that set none.
+    """
+    cfgs = [dict(c) for c in each(attn_cfgs, num, 'attn_cfgs')]
+    for i, (cfg, args) in enumerate(zip(cfgs, values, strict=True)):
+        for key, value in args.items():
+            name = where.format(i=i, key=key, value=value)
+            if cfg.get('type') == attn_type:
+                if cfg.setdefault(key, value) != value and given:
+                    raise ValueError(f'{name} conflicts with attn_cfgs[{i}]={cfg}')
+            elif given and only is not None and value not in only:
+                raise ValueError(f'{name}: stage {i} uses the {cfg.get("type")!r} attention, which has no {key}'
+                                 + (f' (only {only[0]!r} is meaningful there)' if only else ''))
+    return cfgs
+
+
 def set_attn_arg(attn_cfgs: Mapping | Sequence[Mapping], num: int, arg: str, key: str, values: Sequence,
                  attn_type: str, neutral: object = None, given: bool = True) -> list[dict]:
-    """One attention config per stage with ``key=values[i]`` set where the stage's type is
-    ``attn_type`` (the upstream argument ``arg`` holds one value per stage).
+    """:func:`set_attn_args` for the upstream argument ``arg``, one value per stage, which sets ``key``
+    of the ``attn_type`` stages; a stage of another type may get only ``neutral`` (None: anything).
 
-    ``given`` (the caller passed ``arg``): raises if a stage's own config sets another value,
-    if a stage of another type gets a value other than ``neutral`` (it has no such parameter;
-    ``neutral=None``: it is not checked), or if no stage is of ``attn_type`` (the argument would
-    configure nothing). Not ``given`` (the upstream default): fills the stages that set none.
+    ``given`` (the caller passed ``arg``): also raises if no stage is of ``attn_type`` (the argument
+    would configure nothing). Not ``given`` (the upstream default): fills the stages that set none.
     """
-    cfgs = [dict(c) for c in ([attn_cfgs] * num if isinstance(attn_cfgs, Mapping) else attn_cfgs)]
-    if len(values) != len(cfgs):
-        raise ValueError(f'{arg}={list(values)} needs one entry per stage ({len(cfgs)})')
+    cfgs = [dict(c) for c in each(attn_cfgs, num, 'attn_cfgs')]
+    if len(values) != num:
+        raise ValueError(f'{arg}={list(values)} needs one entry per stage ({num})')
     if given and not any(c.get('type') == attn_type for c in cfgs):
         raise ValueError(f'{arg}={list(values)} configures the {attn_type!r} attention, which no stage uses '
                          f'(attn_cfgs={cfgs}); pass {arg}=None')
-    for i, (cfg, value) in enumerate(zip(cfgs, values)):
-        if cfg.get('type') == attn_type:
-            if cfg.setdefault(key, value) != value and given:
-                raise ValueError(f'{arg}[{i}]={value!r} conflicts with attn_cfgs[{i}]={cfg}')
-        elif given and neutral is not None and value != neutral:
-            raise ValueError(f'{arg}[{i}]={value!r}: stage {i} uses the {cfg.get("type")!r} attention, which has '
-                             f'no {key} (only {neutral!r} is meaningful there)')
-    return cfgs
+    return set_attn_args(cfgs, num, attn_type, [{key: v} for v in values], arg + '[{i}]={value!r}', given,
+                         None if neutral is None else (neutral,))
 
 
 def reject_unsupported(backbone: str, kwargs: Mapping, supported: Mapping[str, object], reason: Mapping[str, str]
@@ -389,22 +403,9 @@ def from_upstream_swin(cls: type, kwargs: dict) -> dict:
         kwargs['attn_cfgs'] = set_attn_arg(kwargs['attn_cfgs'], num_stages, 'pad_small_map', 'pad_small_map',
                                            pads, 'window', given=pad_given)
     if mmpretrain:
-        kwargs['attn_cfgs'] = _set_window_args(kwargs['attn_cfgs'], attn_args)
+        kwargs['attn_cfgs'] = set_attn_args(kwargs['attn_cfgs'], num_stages, 'window', attn_args,
+                                            'stage_cfgs[{i}].{key}={value!r}', only=())
     return kwargs
-
-
-def _set_window_args(attn_cfgs: Mapping | Sequence[Mapping], stage_args: Sequence[Mapping]) -> list[dict]:
-    """``attn_cfgs`` (one per stage) with the window attention arguments that ``stage_cfgs[i]`` set
-    (``shift``, :data:`WINDOW_MSA_KEYS`) in stage ``i``, which must be a window stage not setting them otherwise."""
-    cfgs = [dict(c) for c in ([attn_cfgs] * len(stage_args) if isinstance(attn_cfgs, Mapping) else attn_cfgs)]
-    for i, (cfg, args) in enumerate(zip(cfgs, stage_args)):
-        for key, value in args.items():
-            if cfg.get('type') != 'window':
-                raise ValueError(f'stage_cfgs[{i}] sets {key}={value!r}, an argument of the window attention; '
-                                 f"stage {i} uses {cfg.get('type')!r} (attn_cfgs[{i}]={cfg})")
-            if cfg.setdefault(key, value) != value:
-                raise ValueError(f'stage_cfgs[{i}] sets {key}={value!r}, which conflicts with attn_cfgs[{i}]={cfg}')
-    return cfgs
 
 
 # ---------------------------------------------------------------- ViT, DeiT (mmpretrain)
