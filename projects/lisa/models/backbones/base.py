@@ -7,7 +7,7 @@ A backbone subclasses :class:`LiSABackbone` and gets, with one rule and one spel
 * ``attn_cfgs``: one ``dict(type=NAME, **kwargs)`` for every stage (layer) or one per stage,
   checked against the attention registry once, when the backbone is built
   (:meth:`LiSABackbone.check_stage_args`, :func:`.checks.expand_attn_cfgs`);
-* ``out_indices``, ``frozen_stages`` checked by one rule
+* ``out_indices``, ``frozen_stages``, ``upstream`` checked by one rule
   (:meth:`LiSABackbone.check_stage_args`, :mod:`.checks`); :meth:`LiSABackbone.frozen_parts`
   frozen in every ``train()``;
 * initialisation from scratch (:func:`init_transformer_weights`) or from a checkpoint
@@ -74,7 +74,8 @@ def reset_attentions(model: nn.Module) -> None:
 class LiSABackbone(BaseModule):
     """Base of the LiSA backbones: arch presets, freezing, initialisation and loading.
 
-    A subclass sets ``arch_zoo`` / ``arch_keys`` (presets), ``embeddings`` (glob patterns of
+    A subclass sets ``arch_zoo`` / ``arch_keys`` (presets), ``UPSTREAMS`` (the vocabularies its
+    ``upstream`` argument names, :mod:`.upstream`), ``embeddings`` (glob patterns of
     the parameters drawn from trunc-normal(0.02) from scratch: position embeddings, class
     token), ``conv_fan_out`` (He-normal convolutions, PVT), implements :meth:`frozen_parts`
     and, for foreign checkpoint layouts, the static ``convert_checkpoint``; it calls
@@ -90,6 +91,7 @@ class LiSABackbone(BaseModule):
     """
 
     arch_zoo: ClassVar[dict[str, dict]] = {}
+    UPSTREAMS: ClassVar[tuple[str | None, ...]] = (None,)  # whose arguments it takes (.upstream); None: its own
     arch_keys: ClassVar[tuple[str, ...]] = ()
     stage_keys: ClassVar[tuple[str, ...]] = ()  # the arch keys that hold one entry per stage
     embeddings: ClassVar[tuple[str, ...]] = ()
@@ -100,12 +102,15 @@ class LiSABackbone(BaseModule):
         if '__init__' in cls.__dict__:  # an inherited one is checked where it is defined
             checked_init(cls)
 
-    def __init__(self, arch: str | Mapping, init_cfg: dict | None = None) -> None:
+    def __init__(self, arch: str | Mapping, init_cfg: dict | None = None, upstream: str | None = None) -> None:
         if isinstance(init_cfg, Sequence) and any(cfg.get('type') == 'Pretrained' for cfg in init_cfg):
             raise ValueError(f'init_cfg={init_cfg!r}: give Pretrained as the one init_cfg dict (not in a list), '
                              'so that the loading is checked')
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = self.resolve_arch(arch)
+        if upstream not in self.UPSTREAMS:
+            raise ValueError(f'upstream={upstream!r} is not one of {self.UPSTREAMS}')
+        self.upstream = upstream
         self._register_load_state_dict_pre_hook(self._adapt_loaded_state_dict)
 
     @property

@@ -133,10 +133,7 @@ class LiSAPVT(LiSABackbone):
         upstream: str | None = None,
         init_cfg: dict | None = None,
     ) -> None:
-        super().__init__(arch, init_cfg)
-        if upstream not in self.UPSTREAMS:
-            raise ValueError(f'upstream={upstream!r} is not one of {self.UPSTREAMS}')
-        self.upstream = upstream
+        super().__init__(arch, init_cfg, upstream)
         settings, num_stages = self.arch_settings, self.num_stages
         if len(patch_sizes) != num_stages:
             raise ValueError(f'patch_sizes={tuple(patch_sizes)} needs one entry per stage ({num_stages})')

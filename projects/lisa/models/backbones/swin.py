@@ -148,15 +148,12 @@ class LiSASwinTransformer(LiSABackbone):
         upstream: str | None = None,
         init_cfg: dict | None = None,
     ) -> None:
-        super().__init__(arch, init_cfg)
-        if upstream not in self.UPSTREAMS:
-            raise ValueError(f'upstream={upstream!r} is not one of {self.UPSTREAMS}')
-        self.upstream = upstream
+        patch_norm_cfg = norm_cfg if patch_norm else None  # the patch embedding's and the mergings'
+        super().__init__(arch, init_cfg, upstream)
         depths, num_heads = self.arch_settings['depths'], self.arch_settings['num_heads']
         num_stages = self.num_stages
         attn_cfgs = self.check_stage_args(num_stages, out_indices, frozen_stages, attn_cfgs)
         self.num_features = [self.arch_settings['embed_dims'] * 2 ** i for i in range(num_stages)]
-        patch_norm_cfg = norm_cfg if patch_norm else None
         block_cfgs = _per_stage(block_cfgs, num_stages, 'block_cfgs', 'stage',
                                 ('norm_cfg', 'ffn_cfg', 'with_cp', 'drop_path_rates'))
         downsample_cfgs = _per_stage(downsample_cfgs, num_stages - 1, 'downsample_cfgs', 'patch merging',

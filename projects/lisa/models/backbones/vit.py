@@ -149,10 +149,7 @@ class LiSAViT(LiSABackbone):
         upstream: str | None = None,
         init_cfg: dict | None = None,
     ) -> None:
-        super().__init__(arch, init_cfg)
-        if upstream not in self.UPSTREAMS:
-            raise ValueError(f'upstream={upstream!r} is not one of {self.UPSTREAMS}')
-        self.upstream = upstream
+        super().__init__(arch, init_cfg, upstream)
         embed_dims, num_layers, num_heads, ffn_channels = (self.arch_settings[k] for k in self.arch_keys)
         if out_type not in self.OUT_TYPES:
             raise ValueError(f'out_type={out_type!r} is not one of {self.OUT_TYPES}')
