@@ -10,7 +10,7 @@ from mmcv.cnn.bricks.transformer import FFN
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from ..attention import build_attention
+from ..attention import ATTENTIONS
 
 
 class TransformerBlock(nn.Module):
@@ -56,6 +56,8 @@ def build_blocks(attn_cfgs: Sequence[Mapping], dim: int, num_heads: int, ffn_cha
                  ) -> list[TransformerBlock]:
     """The :class:`TransformerBlock` s of a stage, block ``j`` with the attention of ``attn_cfgs[j]``.
 
+    ``attn_cfgs``: configs whose types the backbone has checked once
+    (:func:`.checks.expand_attn_cfgs`); each block builds its registered class directly.
     ``block``: :class:`TransformerBlock` or a subclass with its signature (BiFormer's adds a
     positional convolution); ``ffn_cfg``: its FFN's overrides.
 
@@ -66,9 +68,11 @@ def build_blocks(attn_cfgs: Sequence[Mapping], dim: int, num_heads: int, ffn_cha
     """
     blocks = []
     for j, (cfg, rate) in enumerate(zip(attn_cfgs, drop_path_rates, strict=True)):
+        context = dict(qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop_rate, pos_shape=tuple(pos_shape),
+                       num_prefix_tokens=num_prefix_tokens, block_index=j)
+        options = {k: v for k, v in cfg.items() if k != 'type'}
         try:
-            attn = build_attention(cfg, dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop_rate,
-                                   pos_shape=tuple(pos_shape), num_prefix_tokens=num_prefix_tokens, block_index=j)
+            attn = ATTENTIONS[cfg['type']](dim=dim, num_heads=num_heads, **{**context, **options})
         except (TypeError, ValueError) as e:
             raise type(e)(f'{where}block {j}: attention {dict(cfg)}: {e}') from e
         blocks.append(block(dim, attn, ffn_channels, drop_rate, rate, act_cfg, norm_cfg, with_cp, ffn_cfg=ffn_cfg))

@@ -49,7 +49,8 @@ def each(cfgs: Mapping | Sequence[Mapping], num: int, name: str, unit: str = 'st
 def expand_attn_cfgs(attn_cfgs: Mapping | Sequence[Mapping], num: int, unit: str = 'stage') -> list[dict]:
     """One ``dict(type=NAME, **kwargs)`` per stage (layer) from one dict (all) or a list (:func:`each`).
 
-    NAME must be registered (:func:`..attention.register_attention`) when this is called.
+    NAME must be registered (:func:`..attention.register_attention`) when this is called: the one
+    check of the attention types of a backbone (its blocks are built from the checked configs).
     """
     cfgs = each(attn_cfgs, num, 'attn_cfgs', unit)
     return [check_attention_type(cfg, f'attn_cfgs[{i}]') for i, cfg in enumerate(cfgs)]
