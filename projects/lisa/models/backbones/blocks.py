@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import torch
 from mmcv.cnn import build_norm_layer
@@ -23,17 +24,21 @@ class TransformerBlock(nn.Module):
     RNG state preserved, so dropout masks and results are those without it).
     ``ffn_cfg`` overrides arguments of mmcv's ``FFN`` (e.g. ``feedforward_channels``, ``num_fcs``,
     ``act_cfg``, ``ffn_drop``, ``add_identity``), as mmpretrain's Swin ``ffn_cfgs`` do.
+    A subclass may register the two norms under other names (:attr:`norm_names`, hence other
+    state-dict keys), read as ``norm1`` / ``norm2`` through properties of its own.
     """
+
+    norm_names: ClassVar[tuple[str, str]] = ('norm1', 'norm2')  # the module names of the two LNs
 
     def __init__(self, dim: int, attn: nn.Module, ffn_channels: int, drop_rate: float = 0.0,
                  drop_path_rate: float = 0.0, act_cfg: dict = dict(type='GELU'),
                  norm_cfg: dict = dict(type='LN'), with_cp: bool = False, ffn_cfg: Mapping | None = None) -> None:
         super().__init__()
         self.with_cp = with_cp
-        self.norm1 = build_norm_layer(norm_cfg, dim)[1]
+        self.add_module(self.norm_names[0], build_norm_layer(norm_cfg, dim)[1])
         self.attn = attn
         self.drop_path = DropPath(drop_path_rate)
-        self.norm2 = build_norm_layer(norm_cfg, dim)[1]
+        self.add_module(self.norm_names[1], build_norm_layer(norm_cfg, dim)[1])
         self.ffn = FFN(**{'embed_dims': dim, 'feedforward_channels': ffn_channels, 'act_cfg': act_cfg,
                           'ffn_drop': drop_rate, 'dropout_layer': dict(type='DropPath', drop_prob=drop_path_rate),
                           **(ffn_cfg or {})})

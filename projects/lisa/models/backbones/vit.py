@@ -35,9 +35,7 @@ class ViTLayer(TransformerBlock):
     """:class:`.blocks.TransformerBlock` under the names of mmpretrain's ``TransformerEncoderLayer``:
     the norms are the modules ``ln1`` / ``ln2``, read as ``norm1`` / ``norm2`` (as there)."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._modules = {dict(norm1='ln1', norm2='ln2').get(k, k): m for k, m in self._modules.items()}  # in order
+    norm_names = ('ln1', 'ln2')
 
     @property
     def norm1(self) -> nn.Module:
