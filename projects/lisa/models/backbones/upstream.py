@@ -140,7 +140,7 @@ def from_mmdet_pvt(cls: type, kwargs: dict) -> dict:
     ``attn_cfgs`` given, ``sr_ratios`` goes to its softmax stages and must be 1 (or None)
     at the others (no spatial reduction there); without ``sr_ratios``, mmdet's default ratios go to
     the softmax stages of ``attn_cfgs`` that set none. ``convert_weights`` has no effect: checkpoints
-    are converted by their key layout (:func:`convert_pvt_checkpoint`). Not implemented, so
+    are converted by their key layout (:func:`.pvt.convert_pvt_checkpoint`). Not implemented, so
     refused: ``strides`` other than ``patch_sizes`` (overlapping embeddings),
     ``use_abs_pos_embed=False``, ``norm_after_stage``, ``use_conv_ffn`` (PVT v2's parts).
 
@@ -288,7 +288,7 @@ def from_upstream_swin(cls: type, kwargs: dict) -> dict:
 
     mmseg/mmdet: ``embed_dims``, ``depths``, ``num_heads`` (-> ``arch``), ``pretrained``
     (-> ``init_cfg``); ``convert_weights`` has no effect (checkpoints are converted by their
-    key layout, :func:`convert_swin_checkpoint`). mmpretrain: ``arch`` as this class's,
+    key layout, :func:`.swin.convert_swin_checkpoint`). mmpretrain: ``arch`` as this class's,
     ``img_size`` (-> ``pretrain_img_size``), ``out_indices`` defaulting to ``(3,)``,
     ``norm_cfg`` (-> ``out_norm_cfg``: there it sets only the output norms, the other norms stay
     LayerNorms), ``stage_cfgs`` and their ``block_cfgs`` (one dict for all stages or one per stage, a
