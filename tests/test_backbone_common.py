@@ -1,5 +1,5 @@
-"""What every LiSA backbone does through its base class (``backbones/base.py``: LiSABackbone,
-TransformerBlock, build_blocks, loading), checked once per backbone of ``BACKBONES``.
+"""What every LiSA backbone does through its base class (``backbones/base.py``: LiSABackbone;
+``blocks.py``: TransformerBlock, build_blocks; ``loading.py``), checked once per backbone of ``BACKBONES``.
 
 A new backbone adds one row to ``BACKBONES`` and gets every test here; what only one
 backbone does stays in its own ``test_backbone_<name>.py`` (which may import the helpers
@@ -30,6 +30,7 @@ from projects.lisa.models.attention import (
     SoftmaxAttention,
 )
 from projects.lisa.models.backbones import base
+from projects.lisa.models.backbones import blocks as block_parts
 from projects.lisa.models.backbones.biformer import LiSABiFormer
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError, load_pretrained
 from projects.lisa.models.backbones.pvt import LiSAPVT
@@ -139,7 +140,7 @@ def backbones(fast=None):
 
 
 def blocks(model):
-    return [m for m in model.modules() if isinstance(m, base.TransformerBlock)]
+    return [m for m in model.modules() if isinstance(m, block_parts.TransformerBlock)]
 
 
 def leaves(module):
@@ -226,8 +227,8 @@ def test_stochastic_depth_rises_linearly_over_the_blocks(bb):
 @backbones(fast=('biformer',))
 def test_with_cp_gives_the_same_outputs_and_gradients_in_train_mode(bb, monkeypatch):
     calls = []
-    checkpoint = base.checkpoint
-    monkeypatch.setattr(base, 'checkpoint', lambda *a, **k: calls.append(1) or checkpoint(*a, **k))
+    checkpoint = block_parts.checkpoint
+    monkeypatch.setattr(block_parts, 'checkpoint', lambda *a, **k: calls.append(1) or checkpoint(*a, **k))
     kwargs = dict(drop_rate=0.1, attn_drop_rate=0.1, drop_path_rate=0.3)
     plain, cp = bb.build(**kwargs).train(), bb.build(with_cp=True, **kwargs).train()
     cp.load_state_dict(plain.state_dict())
@@ -422,7 +423,7 @@ def test_bad_stage_arguments_are_rejected_naming_the_value(bb, case):
 
 def test_stage_drop_path_rates_rise_linearly_over_all_blocks_split_per_stage():
     # linspace(0, 0.3, 4) = 0, 0.1, 0.2, 0.3 over blocks 0..3; stages of 1, 2 and 1 blocks
-    rates = base.stage_drop_path_rates(0.3, [1, 2, 1])
+    rates = block_parts.stage_drop_path_rates(0.3, [1, 2, 1])
     assert [len(r) for r in rates] == [1, 2, 1]
     torch.testing.assert_close(torch.tensor([r for stage in rates for r in stage]), torch.tensor([0.0, 0.1, 0.2, 0.3]))
 
@@ -432,7 +433,7 @@ def test_each_staged_backbone_gives_block_b_the_drop_path_rate_b_over_all_blocks
     """PVT, Swin and BiFormer build their stages' stochastic depth through one helper: both residual
     branches of block b (over all stages, in order) drop with rate * b / (blocks - 1)."""
     m = backbone(arch='tiny', pretrain_img_size=64, drop_path_rate=0.3)
-    blocks = [mod for mod in m.modules() if isinstance(mod, base.TransformerBlock)]
+    blocks = [mod for mod in m.modules() if isinstance(mod, block_parts.TransformerBlock)]
     depths = {LiSAPVT: [2, 2, 2, 2], LiSASwinTransformer: [2, 2, 6, 2], LiSABiFormer: [2, 2, 8, 2]}[backbone]
     assert len(blocks) == sum(depths)
     expected = [0.3 * b / (len(blocks) - 1) for b in range(len(blocks))]

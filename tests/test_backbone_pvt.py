@@ -11,7 +11,7 @@ from test_backbone_common import assert_same_outputs
 
 import projects.lisa.registry  # noqa: F401  (registers the backbones)
 from projects.lisa.models.attention import LinearAttention, LiSAAttention, SoftmaxAttention
-from projects.lisa.models.backbones import base
+from projects.lisa.models.backbones.grid import resize_grid_tokens
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError, load_pretrained
 from projects.lisa.models.backbones.pvt import LiSAPVT
 
@@ -152,7 +152,7 @@ def test_position_embedding_is_resized_bilinearly_from_the_pretraining_grid():
     stage.pos_embed.data.normal_()
     grid = stage.pos_embed.reshape(1, 16, 16, 8).permute(0, 3, 1, 2)
     expected = F.interpolate(grid, size=(24, 10), mode='bilinear', align_corners=False).flatten(2).transpose(1, 2)
-    got = base.resize_grid_tokens(stage.pos_embed, stage.pos_shape, (24, 10), 'bilinear')
+    got = resize_grid_tokens(stage.pos_embed, stage.pos_shape, (24, 10), 'bilinear')
     torch.testing.assert_close(got, expected)
 
 

@@ -28,7 +28,7 @@ from projects.lisa.models.attention import (
     ShiftedWindowAttention,
 )
 from projects.lisa.models.backbones import LiSAPVT, LiSASwinTransformer, LiSAViT
-from projects.lisa.models.backbones.base import TransformerBlock
+from projects.lisa.models.backbones.blocks import TransformerBlock
 
 ATTENTION_CLASSES = [ATTENTIONS[name] for name in sorted(ATTENTIONS)]
 BACKBONE_CLASSES = [getattr(backbones, name) for name in backbones.__all__]  # what projects.lisa registers

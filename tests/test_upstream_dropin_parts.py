@@ -317,8 +317,8 @@ def test_mmpretrain_swin_without_output_norms_is_refused_with_the_reason():
 
 
 def test_mmpretrain_swin_stage_settings_of_the_window_attention_need_a_window_stage():
-    with pytest.raises(ValueError, match=r"stage_cfgs\[0\] sets shift=False, an argument of the window "
-                                         r"attention; stage 0 uses 'lisa'"):
+    with pytest.raises(ValueError, match=r"stage_cfgs\[0\]\.shift=False: stage 0 uses the 'lisa' attention, "
+                                         r"which has no shift"):
         LiSASwinTransformer(arch=SWIN, img_size=224, window_size=None, attn_cfgs=dict(type='lisa'),
                             stage_cfgs=dict(block_cfgs=dict(shift=False)))
 

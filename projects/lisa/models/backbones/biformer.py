@@ -28,7 +28,10 @@ from collections.abc import Mapping, Sequence
 from mmcv.cnn import build_norm_layer
 from torch import Tensor, nn
 
-from .base import LiSABackbone, TransformerBlock, build_blocks, nlc_to_nchw, stage_drop_path_rates, to_pair
+from .base import LiSABackbone
+from .blocks import TransformerBlock, build_blocks, stage_drop_path_rates
+from .checks import to_pair
+from .grid import nlc_to_nchw
 
 #: BiFormer: BRA with 7 x 7 regions and top-k 1, 4, 16; global attention with LePE in stage 4.
 BRA_ATTN_CFGS = [dict(type='bra', n_win=7, topk=k) for k in (1, 4, 16)] + [dict(type='lepe', qkv_bias=False)]

@@ -9,7 +9,7 @@ placement of its own. With
 is mmdet's ``PyramidVisionTransformer`` (same parameters, same outputs given
 the same weights), so a comparison differs only in the attention.
 
-It also takes mmdet's arguments (:func:`from_mmdet_pvt`): a config of mmdet's
+It also takes mmdet's arguments (:func:`.upstream.from_mmdet_pvt`): a config of mmdet's
 ``PyramidVisionTransformer`` with only its ``type`` changed builds that model,
 softmax attention with its ``sr_ratios`` and its flooring patch embeddings included.
 """
@@ -23,79 +23,11 @@ import torch
 from mmcv.cnn.bricks.transformer import PatchEmbed
 from torch import Tensor, nn
 
-from .base import (
-    LiSABackbone,
-    accepts_upstream_args,
-    build_blocks,
-    named_upstream,
-    nlc_to_nchw,
-    one_vocabulary,
-    pretrained_to_init_cfg,
-    reject_unsupported,
-    resize_grid_tokens,
-    set_attn_arg,
-    stage_drop_path_rates,
-    to_pair,
-)
-
-# mmdet 3.3 PyramidVisionTransformer: its arguments that LiSAPVT does not share, with their defaults
-MMDET_PVT_ONLY = dict(embed_dims=64, num_stages=4, num_layers=[3, 4, 6, 3], num_heads=[1, 2, 5, 8], strides=None,
-                      sr_ratios=[8, 4, 2, 1], mlp_ratios=[8, 8, 4, 4], use_abs_pos_embed=True, norm_after_stage=False,
-                      use_conv_ffn=False, pretrained=None, convert_weights=True)
-
-
-def from_mmdet_pvt(kwargs: dict) -> dict:
-    """A call in mmdet ``PyramidVisionTransformer``'s arguments as LiSAPVT's (others unchanged).
-
-    Same meaning: stage ``i`` has ``embed_dims * num_heads[i]`` channels, ``num_layers[i]``
-    blocks, FFN ``mlp_ratios[i]`` times wider; ``paddings`` (default 0: a patch embedding
-    floors ``H / patch``, as mmdet's) and ``pretrained`` (-> ``init_cfg``) as there. The
-    attention defaults to mmdet's, ``dict(type='softmax', sr_ratio=sr_ratios[i])``; with
-    ``attn_cfgs`` given, ``sr_ratios`` goes to its softmax stages and must be 1 (or None)
-    at the others (no spatial reduction there); without ``sr_ratios``, mmdet's default ratios go to
-    the softmax stages of ``attn_cfgs`` that set none. ``convert_weights`` has no effect: checkpoints
-    are converted by their key layout (:func:`convert_pvt_checkpoint`). Not implemented, so
-    refused: ``strides`` other than ``patch_sizes`` (overlapping embeddings),
-    ``use_abs_pos_embed=False``, ``norm_after_stage``, ``use_conv_ffn`` (PVT v2's parts).
-
-    A call with none of mmdet's own arguments (``LiSAPVT()``, or only ``frozen_stages``,
-    ``pretrain_img_size``, ...) is this class's (LiSA-PVT-T); ``upstream='mmdet'`` makes it
-    mmdet's, its defaults included (``LiSAPVT(upstream='mmdet')`` is mmdet's PVT-Small).
-    """
-    named = named_upstream('LiSAPVT', kwargs, LiSAPVT.UPSTREAMS, ('arch',))
-    if not (one_vocabulary('LiSAPVT', kwargs, "mmdet's PyramidVisionTransformer", MMDET_PVT_ONLY, ('arch',))
-            or named):
-        return kwargs
-    kwargs = {**{k: v for k, v in MMDET_PVT_ONLY.items() if k != 'sr_ratios'}, **kwargs}
-    reject_unsupported('LiSAPVT', kwargs, dict(use_abs_pos_embed=True, norm_after_stage=False, use_conv_ffn=False),
-                       dict(use_abs_pos_embed='every stage has a position embedding',
-                            norm_after_stage="PVT v1 has no stage norm (PVT v2's)",
-                            use_conv_ffn="PVT v1's FFN is linear (the convolutional one is PVT v2's)"))
-    patch_sizes = list(kwargs.setdefault('patch_sizes', [4, 2, 2, 2]))
-    strides = kwargs.pop('strides')
-    if strides is not None and list(strides) != patch_sizes:
-        raise ValueError(f'strides={list(strides)} must equal patch_sizes={patch_sizes}: '
-                         'overlapping patch embeddings (PVT v2) are not implemented')
-    embed_dims, num_stages, heads = kwargs.pop('embed_dims'), kwargs.pop('num_stages'), list(kwargs.pop('num_heads'))
-    arch = dict(embed_dims=[embed_dims * h for h in heads], depths=list(kwargs.pop('num_layers')),
-                num_heads=heads, mlp_ratios=list(kwargs.pop('mlp_ratios')))
-    if any(len(v) != num_stages for v in arch.values()):
-        raise ValueError(f'num_stages={num_stages} but num_layers, num_heads, mlp_ratios have lengths '
-                         f'{[len(v) for v in arch.values()]}')
-    kwargs['arch'] = arch
-    kwargs.setdefault('paddings', [0] * num_stages)
-    for name in ('use_abs_pos_embed', 'norm_after_stage', 'use_conv_ffn', 'convert_weights'):
-        kwargs.pop(name)
-    pretrained_to_init_cfg(kwargs)
-    given = 'sr_ratios' in kwargs
-    sr_ratios = kwargs.pop('sr_ratios', MMDET_PVT_ONLY['sr_ratios'])
-    attn_cfgs = kwargs.get('attn_cfgs', dict(type='softmax'))
-    if sr_ratios is not None:
-        attn_cfgs = set_attn_arg(attn_cfgs, num_stages, 'sr_ratios', 'sr_ratio', sr_ratios, 'softmax', neutral=1,
-                                 given=given)
-    kwargs['attn_cfgs'] = attn_cfgs
-    kwargs['upstream'] = 'mmdet'
-    return kwargs
+from .base import LiSABackbone
+from .blocks import build_blocks, stage_drop_path_rates
+from .checks import to_pair
+from .grid import nlc_to_nchw, resize_grid_tokens
+from .upstream import accepts_upstream_args, from_mmdet_pvt
 
 
 class PVTStage(nn.Module):
@@ -150,7 +82,7 @@ class LiSAPVT(LiSABackbone):
             position embedding, k the whole stages 1..k.
         with_cp: gradient checkpointing of every block.
         upstream: None (this class's own arguments) or 'mmdet' (those of its
-            ``PyramidVisionTransformer``, defaults included; set by :func:`from_mmdet_pvt` when
+            ``PyramidVisionTransformer``, defaults included; set by :func:`.upstream.from_mmdet_pvt` when
             the call names one of them).
         init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=..., allow_new=...)``
             (:class:`.base.LiSABackbone`): an official PVT v1, an mmdet
@@ -160,7 +92,7 @@ class LiSAPVT(LiSABackbone):
 
     Inputs of any size. With this project's arguments each patch embedding pads the
     bottom/right edge (``paddings='corner'``), so no input pixel is dropped; with mmdet's
-    (:func:`from_mmdet_pvt`) the patch embeddings floor as mmdet's (``paddings=0``),
+    (:func:`.upstream.from_mmdet_pvt`) the patch embeddings floor as mmdet's (``paddings=0``),
     so its checkpoints give its output shapes on any input. The outputs carry no final
     norm, as in PVT v1.
     """
@@ -201,10 +133,7 @@ class LiSAPVT(LiSABackbone):
         upstream: str | None = None,
         init_cfg: dict | None = None,
     ) -> None:
-        super().__init__(arch, init_cfg)
-        if upstream not in self.UPSTREAMS:
-            raise ValueError(f'upstream={upstream!r} is not one of {self.UPSTREAMS}')
-        self.upstream = upstream
+        super().__init__(arch, init_cfg, upstream)
         settings, num_stages = self.arch_settings, self.num_stages
         if len(patch_sizes) != num_stages:
             raise ValueError(f'patch_sizes={tuple(patch_sizes)} needs one entry per stage ({num_stages})')

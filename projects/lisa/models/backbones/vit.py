@@ -8,13 +8,12 @@ layer and keep the rest of DeiT as it is.
 With ``attn_cfgs=dict(type='softmax')`` :class:`LiSAViT` is mmpretrain's ``VisionTransformer``
 and :class:`LiSADistilledViT` its ``DistilledVisionTransformer`` (DeiT's distillation token)
 layer for layer: the same state dict, key for key, and the same outputs. Both take mmpretrain's
-arguments (:func:`from_mmpretrain_vit`): a config of those classes with only the ``type`` changed
+arguments (:func:`.upstream.from_mmpretrain_vit`): a config of those classes with only the ``type`` changed
 builds that model. Official DeiT, mmseg and older LiSAViT checkpoints are renamed when loaded
 (:func:`convert_vit_checkpoint`).
 """
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
@@ -25,82 +24,18 @@ from mmcv.cnn.bricks.transformer import PatchEmbed
 from torch import Tensor, nn
 
 from ..attention.layers import position_table_at
-from .base import (
-    LiSABackbone,
-    TransformerBlock,
-    accepts_upstream_args,
-    build_blocks,
-    named_upstream,
-    nlc_to_nchw,
-    one_vocabulary,
-    reject_unsupported,
-    to_pair,
-)
-
-# mmpretrain 1.2 VisionTransformer: its arguments that LiSAViT does not share, with their defaults
-MMPRETRAIN_VIT_ONLY = dict(img_size=224, interpolate_mode='bicubic', layer_scale_init_value=0.0, patch_cfg={},
-                           layer_cfgs={}, pre_norm=False)
-
-
-def from_mmpretrain_vit(kwargs: dict, distilled: bool = False) -> dict:
-    """A call in mmpretrain ``VisionTransformer``'s arguments as LiSAViT's (others unchanged);
-    ``distilled``: in ``DistilledVisionTransformer``'s as :class:`LiSADistilledViT`'s.
-
-    Same meaning: ``arch`` a preset of mmpretrain's ``VisionTransformer.arch_zoo`` (its
-    'small' is ViT-S, 768 channels, 8 layers, not this class's DeiT-S) or the same custom
-    dict, ``img_size`` (-> ``pretrain_img_size``), mmpretrain's defaults (``arch='base'``,
-    ``drop_path_rate=0``), softmax attention in every layer unless ``attn_cfgs`` is given.
-    Refused (not implemented): ``layer_scale_init_value`` other than 0, ``pre_norm=True``
-    (CLIP), non-empty ``patch_cfg`` / ``layer_cfgs``, ``interpolate_mode`` other than
-    'bicubic' (how the position tables are resized). ``DistilledVisionTransformer`` takes the
-    same arguments (its default ``arch='deit-base'``, the same model). ``frozen_stages`` as there:
-    0 freezes nothing (this class's 0 freezes the embeddings), ``k > 0`` the embeddings (not the
-    distillation token) and layers 1..k.
-
-    A call with none of mmpretrain's own arguments (``LiSAViT()``, ``LiSAViT(arch='deit-tiny')``,
-    or only ``frozen_stages``, ``with_cp``, ...) is this class's (LiSA in every layer, DeiT-T by
-    default); ``upstream='mmpretrain'`` makes it mmpretrain's, its defaults included
-    (``LiSAViT(upstream='mmpretrain')`` is its softmax ViT-B).
-    """
-    backbone, upstream = ('LiSADistilledViT', 'DistilledVisionTransformer') if distilled else (
-        'LiSAViT', 'VisionTransformer')
-    named = named_upstream(backbone, kwargs, LiSAViT.UPSTREAMS, ('pretrain_img_size',))
-    if not (one_vocabulary(backbone, kwargs, f"mmpretrain's {upstream}", MMPRETRAIN_VIT_ONLY,
-                           ('pretrain_img_size',)) or named):
-        return kwargs
-    reject_unsupported(backbone, kwargs, {k: v for k, v in MMPRETRAIN_VIT_ONLY.items() if k != 'img_size'},
-                       dict(interpolate_mode='position tables are resized bicubically',
-                            layer_scale_init_value='the layers have no layer scale',
-                            patch_cfg='the patch embedding is built from patch_size',
-                            layer_cfgs='the layers are built from the backbone arguments',
-                            pre_norm="no norm before the first layer (CLIP's)"))
-    for key in MMPRETRAIN_VIT_ONLY:
-        if key != 'img_size':
-            kwargs.pop(key, None)
-    kwargs['pretrain_img_size'] = kwargs.pop('img_size', MMPRETRAIN_VIT_ONLY['img_size'])
-    arch = kwargs.pop('arch', 'deit-base' if distilled else 'base')
-    if isinstance(arch, str):
-        from mmpretrain.models.backbones import VisionTransformer
-        if arch.lower() not in VisionTransformer.arch_zoo:
-            raise ValueError(f"arch={arch!r} is not one of mmpretrain's VisionTransformer presets "
-                             f'{sorted(VisionTransformer.arch_zoo)}')
-        arch = dict(VisionTransformer.arch_zoo[arch.lower()])
-    kwargs['arch'] = arch
-    kwargs.setdefault('drop_path_rate', 0.0)
-    kwargs.setdefault('attn_cfgs', dict(type='softmax'))
-    if kwargs.get('frozen_stages') == 0:  # mmpretrain freezes only for frozen_stages > 0
-        kwargs['frozen_stages'] = -1
-    kwargs['upstream'] = 'mmpretrain'
-    return kwargs
+from .base import LiSABackbone
+from .blocks import TransformerBlock, build_blocks
+from .checks import to_pair
+from .grid import nlc_to_nchw
+from .upstream import accepts_upstream_args, from_mmpretrain_vit
 
 
 class ViTLayer(TransformerBlock):
-    """:class:`.base.TransformerBlock` under the names of mmpretrain's ``TransformerEncoderLayer``:
+    """:class:`.blocks.TransformerBlock` under the names of mmpretrain's ``TransformerEncoderLayer``:
     the norms are the modules ``ln1`` / ``ln2``, read as ``norm1`` / ``norm2`` (as there)."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._modules = {dict(norm1='ln1', norm2='ln2').get(k, k): m for k, m in self._modules.items()}  # in order
+    norm_names = ('ln1', 'ln2')
 
     @property
     def norm1(self) -> nn.Module:
@@ -164,9 +99,9 @@ class LiSAViT(LiSABackbone):
         final_norm: LayerNorm ``ln1`` after the last layer.
         with_cp: gradient checkpointing of every layer.
         frozen_stages: -1 (none) .. num_layers, see above; with mmpretrain's arguments
-            (:func:`from_mmpretrain_vit`) 0 freezes nothing, as there.
+            (:func:`.upstream.from_mmpretrain_vit`) 0 freezes nothing, as there.
         upstream: None (this class's own arguments) or 'mmpretrain' (those of its
-            ``VisionTransformer``, defaults included); set by :func:`from_mmpretrain_vit` when
+            ``VisionTransformer``, defaults included); set by :func:`.upstream.from_mmpretrain_vit` when
             the call names one of them.
         init_cfg: None for DeiT's initialisation (truncated normal 0.02 for linear
             layers, ``pos_embed`` and the class token, zero bias, LayerNorm 1/0), or
@@ -212,10 +147,7 @@ class LiSAViT(LiSABackbone):
         upstream: str | None = None,
         init_cfg: dict | None = None,
     ) -> None:
-        super().__init__(arch, init_cfg)
-        if upstream not in self.UPSTREAMS:
-            raise ValueError(f'upstream={upstream!r} is not one of {self.UPSTREAMS}')
-        self.upstream = upstream
+        super().__init__(arch, init_cfg, upstream)
         embed_dims, num_layers, num_heads, ffn_channels = (self.arch_settings[k] for k in self.arch_keys)
         if out_type not in self.OUT_TYPES:
             raise ValueError(f'out_type={out_type!r} is not one of {self.OUT_TYPES}')
@@ -328,11 +260,7 @@ class LiSADistilledViT(LiSAViT):
     ``out_type='cls_token'`` gives ``(cls, dist)`` per out index (mmpretrain's ``DeiTClsHead``
     reads both). ``with_cls_token`` is always True. ``frozen_stages >= 0`` freezes the
     distillation token with the embeddings, but not with mmpretrain's arguments (as there).
-    Arguments as :class:`LiSAViT`'s, or mmpretrain's (:func:`from_mmpretrain_vit`).
+    Arguments as :class:`LiSAViT`'s, or mmpretrain's (:func:`.upstream.from_mmpretrain_vit`).
     """
 
     distilled = True
-
-    @accepts_upstream_args(functools.partial(from_mmpretrain_vit, distilled=True))
-    def __init__(self, arch: str | Mapping = 'deit-tiny', **kwargs) -> None:
-        super().__init__(arch, **kwargs)  # arch positional: LiSAViT takes the call as translated here
