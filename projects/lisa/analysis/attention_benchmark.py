@@ -97,6 +97,24 @@ def peak_bytes(m: nn.Module, x: torch.Tensor, hw_shape) -> int:
     return (vm_kib('VmHWM') - before) * 1024
 
 
+def allocated_peak_bytes(m: nn.Module, x: torch.Tensor, hw_shape) -> int:
+    """Peak of the bytes that torch's CPU allocator holds during one forward+backward, above those held
+    before it, after a warm-up: every allocation and free, in order, from the profiler's memory events.
+    Exact and deterministic in this process (unlike :func:`peak_bytes`' resident set, which needs a
+    fresh one); what the tests assert."""
+    step(m, x, hw_shape, backward=True)  # warm-up: one-time buffers, gradients allocated
+    m.zero_grad(set_to_none=True)
+    x.grad = None
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        step(m, x, hw_shape, backward=True)
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == '[memory]']
+    live = peak = 0
+    for e in sorted(events, key=lambda e: e.start_ns()):
+        live += e.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
 def setup(method: str, n: int, dim: int, num_heads: int, batch: int, device: torch.device,
           backend: str | None = None) -> tuple[nn.Module, torch.Tensor, tuple[int, int]]:
     """The layer (seed 0) with its operators' ``backend`` (:func:`~..models.attention.set_backend`;
