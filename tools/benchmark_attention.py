@@ -70,6 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--out', type=Path, default=Path('work_dirs/benchmark_attention'))
     parser.add_argument('--markdown', type=Path, help='also write the table as a markdown document, '
                         'e.g. docs/operator.md')
+    parser.add_argument('--backend', default='auto', choices=ops.CHOICES,
+                        help="the operators' backend of FLatten and LiSA: 'auto' (the CPU kernels where built), "
+                             "'torch' (the custom ops in tensor operations, what a GPU runs) or 'reference'")
     parser.add_argument('--glibc-malloc', action='store_true',
                         help="time with glibc's default malloc (fresh mmap for every block >= 32 MiB)")
     args = parser.parse_args(argv)
@@ -100,12 +103,13 @@ def main(argv=None) -> None:
     device = torch.cuda.get_device_name() if args.device == 'cuda' else f'CPU, {args.threads} threads'
     title = (f'C={args.dim}, {args.heads} heads, batch {args.batch}; {device}; torch {torch.__version__}; '
              f'{args.clock} time, median of {args.repeats} after {args.warmup} warm-up; '
-             f'LiSA operators: backend {ops.resolve(None, torch.empty(0, device=args.device))!r}; '
+             f'LiSA operators: backend {ops.resolve(args.backend, torch.empty(0, device=args.device))!r}; '
              f'load {os.getloadavg()[0]:.2f}')
     print(title, flush=True)
     rows = run(args.sizes, args.methods, torch.device(args.device), dim=args.dim, num_heads=args.heads,
                batch=args.batch, threads=args.threads, warmup=args.warmup, repeats=args.repeats,
-               budget_s=args.budget, clock=args.clock, softmax_max_tokens=args.softmax_max_tokens)
+               budget_s=args.budget, clock=args.clock, softmax_max_tokens=args.softmax_max_tokens,
+               backend=args.backend)
     report = table(rows) + f'\nload average at the end: {os.getloadavg()[0]:.2f}'
     print(report)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..models.attention import build_attention
+from ..models.attention import build_attention, set_backend
 from .benchmark import cuda_peak_bytes, median_seconds, saved_tensor_bytes
 
 METHODS = ('softmax', 'linear', 'flatten', 'lisa')
@@ -97,31 +97,51 @@ def peak_bytes(m: nn.Module, x: torch.Tensor, hw_shape) -> int:
     return (vm_kib('VmHWM') - before) * 1024
 
 
-def setup(method: str, n: int, dim: int, num_heads: int, batch: int,
-          device: torch.device) -> tuple[nn.Module, torch.Tensor, tuple[int, int]]:
-    """The layer (seed 0), an input ``(batch, n, dim)`` that requires grad, and its grid."""
+def allocated_peak_bytes(m: nn.Module, x: torch.Tensor, hw_shape) -> int:
+    """Peak of the bytes that torch's CPU allocator holds during one forward+backward, above those held
+    before it, after a warm-up: every allocation and free, in order, from the profiler's memory events.
+    Exact and deterministic in this process (unlike :func:`peak_bytes`' resident set, which needs a
+    fresh one); what the tests assert."""
+    step(m, x, hw_shape, backward=True)  # warm-up: one-time buffers, gradients allocated
+    m.zero_grad(set_to_none=True)
+    x.grad = None
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        step(m, x, hw_shape, backward=True)
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == '[memory]']
+    live = peak = 0
+    for e in sorted(events, key=lambda e: e.start_ns()):
+        live += e.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
+def setup(method: str, n: int, dim: int, num_heads: int, batch: int, device: torch.device,
+          backend: str | None = None) -> tuple[nn.Module, torch.Tensor, tuple[int, int]]:
+    """The layer (seed 0) with its operators' ``backend`` (:func:`~..models.attention.set_backend`;
+    None: the global choice), an input ``(batch, n, dim)`` that requires grad, and its grid."""
     torch.manual_seed(0)
-    m = build(method, n, dim, num_heads).to(device)
+    m = set_backend(build(method, n, dim, num_heads).to(device), backend)
     x = torch.randn(batch, n, dim, device=device, requires_grad=True)
     return m, x, grid_of(n)[0]
 
 
-def memory_worker(method: str, n: int, dim: int, num_heads: int, batch: int, threads: int) -> None:
+def memory_worker(method: str, n: int, dim: int, num_heads: int, batch: int, threads: int,
+                  backend: str | None = None) -> None:
     """Subprocess entry of :func:`memory`: print the JSON of ``saved`` and ``peak`` bytes on the CPU."""
     torch.set_num_threads(threads)
-    m, x, hw_shape = setup(method, n, dim, num_heads, batch, torch.device('cpu'))
+    m, x, hw_shape = setup(method, n, dim, num_heads, batch, torch.device('cpu'), backend)
     print(json.dumps({'saved': saved_bytes(m, x, hw_shape), 'peak': peak_bytes(m, x, hw_shape)}))
 
 
 def memory(method: str, n: int, dim: int, num_heads: int, batch: int, threads: int,
-           device: torch.device) -> dict[str, int]:
+           device: torch.device, backend: str | None = None) -> dict[str, int]:
     """``{'saved': bytes, 'peak': bytes}`` of one forward+backward; on the CPU measured in a fresh
     interpreter (:func:`memory_worker`) with :data:`MALLOC_ENV`, so earlier runs leave no pages behind."""
     if device.type == 'cuda':
-        m, x, hw_shape = setup(method, n, dim, num_heads, batch, device)
+        m, x, hw_shape = setup(method, n, dim, num_heads, batch, device, backend)
         return {'saved': saved_bytes(m, x, hw_shape), 'peak': peak_bytes(m, x, hw_shape)}
     code = (f'from {__name__} import memory_worker; '
-            f'memory_worker({method!r}, {n}, {dim}, {num_heads}, {batch}, {threads})')
+            f'memory_worker({method!r}, {n}, {dim}, {num_heads}, {batch}, {threads}, {backend!r})')
     # The child imports this very package: the folder holding ``projects`` goes first on its path.
     package_root = str(Path(__file__).resolve().parents[3])
     path = os.pathsep.join(p for p in (package_root, os.environ.get('PYTHONPATH')) if p)
@@ -141,11 +161,12 @@ def skip_reason(method: str, n: int, batch: int, dim: int, softmax_max_tokens: i
 
 def run(sizes: Sequence[int], methods: Sequence[str], device: torch.device, dim: int = 192, num_heads: int = 3,
         batch: int = 1, threads: int = 1, warmup: int = 2, repeats: int = 7, budget_s: float = 20.0,
-        clock: str = 'wall', softmax_max_tokens: int = sys.maxsize,
+        clock: str = 'wall', softmax_max_tokens: int = sys.maxsize, backend: str | None = None,
         log: Callable[[str], object] = functools.partial(print, flush=True)) -> list[dict]:
     """One row per method and size: ``method, N, grid, fwd_ms, fwd_bwd_ms, saved, peak``; each
     measured row, and each skip (:func:`skip_reason`), is passed to ``log`` as a line.
-    ``clock``: 'wall' (``perf_counter``) or 'cpu' (the process's CPU time)."""
+    ``clock``: 'wall' (``perf_counter``) or 'cpu' (the process's CPU time); ``backend``: the
+    operators' backend of FLatten and LiSA (one of ``ops.CHOICES``; None: the global choice)."""
     timing = dict(warmup=warmup, repeats=repeats, budget_s=budget_s,
                   clock=time.process_time if clock == 'cpu' else time.perf_counter)
     rows = []
@@ -157,7 +178,7 @@ def run(sizes: Sequence[int], methods: Sequence[str], device: torch.device, dim:
                 log(reason)
             else:
                 runs.append(method)
-        setups = {method: setup(method, n, dim, num_heads, batch, device) for method in runs}
+        setups = {method: setup(method, n, dim, num_heads, batch, device, backend) for method in runs}
         fwd, fwd_bwd = (median_seconds({name: functools.partial(step, *parts, backward)
                                         for name, parts in setups.items()}, device, **timing)
                         for backward in (False, True))
@@ -165,7 +186,7 @@ def run(sizes: Sequence[int], methods: Sequence[str], device: torch.device, dim:
         for method in runs:
             row = {'method': method, 'N': n, 'grid': '{}x{}'.format(*grid_of(n)[0]),
                    'fwd_ms': 1e3 * fwd[method], 'fwd_bwd_ms': 1e3 * fwd_bwd[method],
-                   **memory(method, n, dim, num_heads, batch, threads, device)}
+                   **memory(method, n, dim, num_heads, batch, threads, device, backend)}
             rows.append(row)
             log(f"  {method:8s} N={n:6d}: fwd {row['fwd_ms']:.1f} ms, fwd+bwd {row['fwd_bwd_ms']:.1f} ms, "
                 f"saved {row['saved'] / 2**20:.1f} MiB, peak {row['peak'] / 2**20:.1f} MiB")

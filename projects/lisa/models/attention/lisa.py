@@ -16,6 +16,33 @@ from .registry import register_attention
 STEP_WEIGHTS = ('adaptive', 'geometric')
 
 
+class _ContiguousGrad(torch.autograd.Function):
+    """Identity whose backward makes the gradient contiguous, once. The gradient of the branches'
+    output reaches them as a transposed view of the projection's input gradient ``(B, N, C)``; each
+    operator would otherwise copy it, and that ``(B, N, C)`` tensor would stay alive beside the copies
+    until the last branch's backward."""
+
+    @staticmethod
+    def forward(x: Tensor) -> Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple, output: Tensor) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        return grad.contiguous()
+
+
+def contiguous_grad(x: Tensor) -> Tensor:
+    """``x``, its gradient made contiguous in the backward (:class:`_ContiguousGrad`); in eager mode with
+    autograd only (a compiler plans the layouts itself)."""
+    if not (x.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return x
+    return _ContiguousGrad.apply(x)
+
+
 @register_attention('lisa')
 class LiSAAttention(KernelAttention):
     """Global random walk + 3x3 local attention, fused by a learnable alpha.
@@ -161,8 +188,11 @@ class LiSAAttention(KernelAttention):
         # Both branches read q, k, v many times; per-head contiguous copies make every pass dense.
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         if not self.use_local:
-            return self.global_branch(q, k, v)
+            return contiguous_grad(self.global_branch(q, k, v))
         if not self.use_global:
-            return self.local_branch(q, k, v, hw_shape)
+            return contiguous_grad(self.local_branch(q, k, v, hw_shape))
         alpha = self.alpha.sigmoid().view(1, -1, 1, 1)
-        return self.global_branch(q, k, v, alpha) + self.local_branch(q, k, v, hw_shape, 1 - alpha)
+        # The local branch first: autograd runs the later node's backward first, so the walk's backward
+        # (the larger one) runs before the local branch's gradients of q, k, v exist.
+        local = self.local_branch(q, k, v, hw_shape, 1 - alpha)
+        return contiguous_grad(self.global_branch(q, k, v, alpha) + local)

@@ -32,12 +32,17 @@ T = infinity has one implementation, :func:`untruncated_walk`, plain tensor code
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
 
 from .backend import choose, extension
+
+#: Elements of a per-step temporary (``(tokens, (T - 1) d)``: the hops, their gradient) built at a
+#: time: the token passes of the per-token weights run over blocks of batch-heads or of tokens
+#: (:func:`_blocks`), so that no such temporary exists for all the tokens at once.
+BLOCK_ELEMENTS = 1 << 20
 
 
 def geometric_weights(beta: float, num_steps: int) -> Tensor:
@@ -158,37 +163,38 @@ class TensorPasses:
         mq = q.amax(dim=-1, keepdim=True).to(sd)                            # (B, h, n, 1)
         mk = k.amax(dim=(-2, -1), keepdim=True).to(sd)                      # (B, h, 1, 1)
         k_scale = torch.where(mk > 0, s / mk, 0.0)                          # an all-zero K stays zero
-        k_bar = torch.mul(k, k_scale, out=torch.empty_like(k))
+        k_bar = torch.mul(k, k_scale, out=torch.empty_like(k, memory_format=torch.contiguous_format))
         mu = k_bar.sum(-2, keepdim=True, dtype=sd) * s                      # (B, h, 1, d), <= 1
         qmu = q.to(sd) @ mu.transpose(-2, -1)                               # (B, h, n, 1)
         nonzero = mq > 0
         c = s / (torch.where(nonzero, qmu / mq, 0.0) + eps)
         q_scale = torch.where(nonzero, c / mq, 0.0)                         # an all-zero q_i stays zero
-        q_hat = torch.mul(q, q_scale, out=torch.empty_like(q))
+        q_hat = torch.mul(q, q_scale, out=torch.empty_like(q, memory_format=torch.contiguous_format))
         return [q_hat, k_bar, mq, mk, c, q_scale, k_scale, mu]
 
-    def combine(self, v: Tensor, hops: Tensor, weights: Tensor) -> Tensor:
-        """``Y = w_0 v + sum_{t>=1} w_t hop_t`` for per-token weights, ``hops (B, h, n, (T-1) dv)``."""
-        out = weights[..., :1] * v
+    def combine(self, v: Tensor, hops: Tensor, weights: Tensor, out: Tensor) -> None:
+        """``out = w_0 v + sum_{t>=1} w_t hop_t`` for per-token weights, ``hops (..., n, (T-1) dv)``."""
+        torch.mul(weights[..., :1], v, out=out)
         for t, hop in enumerate(hops.chunk(weights.shape[-1] - 1, dim=-1), start=1):
             out.addcmul_(weights[..., t:t + 1], hop)
-        return out
 
-    def combine_backward(self, grad: Tensor, v: Tensor, q_hat: Tensor, proj: Tensor,
-                         weights: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Backward of :meth:`combine` with ``hop_t = q_hat M_t``, from ``proj_t = grad M_t^T``:
-        ``[w_1 grad | ... | w_(T-1) grad]`` (for ``d M = q_hat^T (.)``), ``d q_hat = sum_t w_t proj_t``
-        and ``d w``, ``(B, h, n, T)``."""
+    def combine_backward(self, grad: Tensor, v: Tensor, q_hat: Tensor, proj: Tensor, weights: Tensor,
+                         d_q_hat: Tensor, d_w: Tensor) -> Tensor:
+        """Backward of :meth:`combine` with ``hop_t = q_hat M_t``, from ``proj_t = grad M_t^T``: writes
+        ``d q_hat = sum_t w_t proj_t`` and ``d w (..., n, T)``, returns ``[w_1 grad | ... | w_(T-1) grad]``
+        (for ``d M = q_hat^T (.)``)."""
         steps = weights.shape[-1] - 1
         w_grad = grad.new_empty(grad.shape[:-1] + (steps * grad.shape[-1],))
-        d_w = [_row_dot(grad, v)]
-        d_q_hat = None
+        d_w[..., 0] = _row_dot(grad, v)
         for t, (p, wg) in enumerate(zip(proj.chunk(steps, dim=-1), w_grad.chunk(steps, dim=-1)), start=1):
             w_t = weights[..., t:t + 1]
-            d_w.append(_row_dot(q_hat, p))
-            d_q_hat = p * w_t if d_q_hat is None else d_q_hat.addcmul_(p, w_t)
+            d_w[..., t] = _row_dot(q_hat, p)
+            if t == 1:
+                torch.mul(p, w_t, out=d_q_hat)
+            else:
+                d_q_hat.addcmul_(p, w_t)
             torch.mul(grad, w_t, out=wg)
-        return w_grad, d_q_hat, torch.stack(d_w, dim=-1)
+        return w_grad
 
     def q_backward(self, d_q_hat: Tensor, q_hat: Tensor, mu: Tensor, mq: Tensor, c: Tensor, q_scale: Tensor,
                    eps: float) -> tuple[Tensor, Tensor]:
@@ -207,8 +213,7 @@ class TensorPasses:
 
 class KernelPasses(TensorPasses):
     """The walk's token-wise passes by the compiled CPU kernels (``walk_cpu.cpp``): backend ``'cpu_kernel'``.
-    The per-token passes need weights given per token ``(B, h, n, T)``; weights broadcast over batch or
-    heads take the tensor operations."""
+    The per-token passes take contiguous blocks (:func:`_blocks`)."""
 
     @staticmethod
     def row_argmax(x: Tensor) -> Tensor:
@@ -219,17 +224,12 @@ class KernelPasses(TensorPasses):
     def scaled_features(self, q: Tensor, k: Tensor, eps: float) -> list[Tensor]:
         return extension('walk').walk_prepare(q.contiguous(), k.contiguous(), eps)
 
-    def combine(self, v: Tensor, hops: Tensor, weights: Tensor) -> Tensor:
-        if weights.shape[:-1] != v.shape[:-1]:
-            return super().combine(v, hops, weights)
-        return extension('walk').walk_combine(v.contiguous(), hops, weights.contiguous())
+    def combine(self, v: Tensor, hops: Tensor, weights: Tensor, out: Tensor) -> None:
+        extension('walk').walk_combine(v, hops, weights, out)
 
-    def combine_backward(self, grad: Tensor, v: Tensor, q_hat: Tensor, proj: Tensor,
-                         weights: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        if weights.shape[:-1] != grad.shape[:-1]:
-            return super().combine_backward(grad, v, q_hat, proj, weights)
-        return extension('walk').walk_combine_backward(grad.contiguous(), v.contiguous(), q_hat, proj,
-                                                       weights.contiguous())
+    def combine_backward(self, grad: Tensor, v: Tensor, q_hat: Tensor, proj: Tensor, weights: Tensor,
+                         d_q_hat: Tensor, d_w: Tensor) -> Tensor:
+        return extension('walk').walk_combine_backward(grad, v, q_hat, proj, weights, d_q_hat, d_w)
 
     def q_backward(self, d_q_hat: Tensor, q_hat: Tensor, mu: Tensor, mq: Tensor, c: Tensor, q_scale: Tensor,
                    eps: float) -> tuple[Tensor, Tensor]:
@@ -240,8 +240,39 @@ class KernelPasses(TensorPasses):
 PASSES = {False: TensorPasses(), True: KernelPasses()}
 
 
+def _blocks(bh: int, n: int, width: int, blocked: bool = True) -> Iterator[tuple[slice, slice]]:
+    """``(batch-heads, tokens)`` blocks of ``(BH, n, .)`` tokens whose per-step temporary ``(., width)``
+    has at most :data:`BLOCK_ELEMENTS` elements (or is one token): groups of whole batch-heads, or
+    token ranges of one; ``tokens`` indexes the flattened ``(BH n)`` tokens, so that a block of a
+    contiguous tensor is contiguous. Not ``blocked`` (the fake implementations, whose sizes may be
+    symbolic): one block."""
+    if not blocked:
+        yield slice(0, bh), slice(0, bh * n)
+        return
+    if n * width <= BLOCK_ELEMENTS:
+        group = BLOCK_ELEMENTS // (n * width)
+        for h0 in range(0, bh, group):
+            h1 = min(bh, h0 + group)
+            yield slice(h0, h1), slice(h0 * n, h1 * n)
+        return
+    rows = max(1, BLOCK_ELEMENTS // width)
+    for h in range(bh):
+        for r0 in range(0, n, rows):
+            yield slice(h, h + 1), slice(h * n + r0, h * n + min(n, r0 + rows))
+
+
+def _rows(t: Tensor) -> Tensor:
+    """A contiguous ``(..., n, w)`` tensor as its ``(BH n, w)`` tokens (a view)."""
+    return t.view(-1, t.shape[-1])
+
+
+def _per_token(weights: Tensor, v: Tensor) -> Tensor:
+    """Per-token weights ``(..., n, T)`` broadcast to ``v``'s tokens, contiguous."""
+    return weights.expand(*v.shape[:-1], weights.shape[-1]).contiguous()
+
+
 def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float,
-                  kernels: bool) -> tuple[Tensor, list[Tensor]]:
+                  kernels: bool, blocked: bool = True) -> tuple[Tensor, list[Tensor]]:
     """The walk of :func:`random_walk`: its output and what :func:`_walk_backward` needs.
 
     Forward, per (batch, head), with ``s = n^-1/2``, ``mq_i = max_c q_ic`` and
@@ -257,7 +288,9 @@ def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float,
     on to their argmax is the eps term's, in closed form. Token-sized tensors
     saved: ``q_hat`` and ``k_bar`` beside the inputs ``v`` and the weights.
     ``kernels``: the token-wise passes by the compiled CPU kernels (backend
-    ``'cpu_kernel'``, :data:`PASSES`); the fake implementation passes False.
+    ``'cpu_kernel'``, :data:`PASSES`); the fake implementation passes False. With per-token weights
+    the hops ``Q~ M_t`` exist for one block of tokens at a time (:func:`_blocks`; ``blocked`` False:
+    all at once, for the fake implementation), as their gradients in the backward.
     """
     passes = PASSES[kernels]
     saved = passes.scaled_features(q, k, eps)
@@ -269,13 +302,19 @@ def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float,
     m = torch.stack(m, dim=-3)                                          # (B, h, T-1, d, dv)
     if weights.shape[-2] == 1:  # the same weights for every token: fold them
         out = (q_hat @ (weights[..., 0, 1:, None, None] * m).sum(-3)).addcmul_(weights[..., :1], v)
-    else:
-        out = passes.combine(v, q_hat @ m.transpose(-3, -2).flatten(-2), weights)
+    else:  # Q~ [M_1 | ... | M_(T-1)] block by block, straight into the combination
+        v = v.contiguous()
+        out = torch.empty_like(v)
+        m_cat = m.transpose(-3, -2).flatten(-2).flatten(0, -3)          # (BH, d, (T-1) dv)
+        tokens = [_rows(t) for t in (q_hat, v, _per_token(weights, v), out)]
+        for heads, rows in _blocks(m_cat.shape[0], v.shape[-2], m_cat.shape[-1], blocked):
+            qb, vb, wb, ob = (t[rows].view(heads.stop - heads.start, -1, t.shape[-1]) for t in tokens)
+            passes.combine(vb, torch.bmm(qb, m_cat[heads]), wb, ob)
     return out, [*saved, a, m]
 
 
 def _walk_backward(grad: Tensor, v: Tensor, weights: Tensor, saved: list[Tensor], eps: float,
-                   kernels: bool) -> list[Tensor]:
+                   kernels: bool, blocked: bool = True) -> list[Tensor]:
     """Gradients of :func:`_walk_forward`'s output with respect to ``q, k, v, weights``."""
     passes = PASSES[kernels]
     q_hat, k_bar, mq, mk, c, q_scale, k_scale, mu, a, m = saved
@@ -288,10 +327,17 @@ def _walk_backward(grad: Tensor, v: Tensor, weights: Tensor, saved: list[Tensor]
         d_m = weights[..., 0, 1:, None, None] * d_m_w.unsqueeze(-3)
         d_w = torch.cat([(grad * v).sum((-2, -1))[..., None],
                          (d_m_w.unsqueeze(-3) * m).sum((-2, -1))], dim=-1).unsqueeze(-2)
-    else:
-        proj = grad @ m.transpose(-2, -1).transpose(-3, -2).flatten(-2)  # (B, h, n, (T-1) d)
-        w_grad, d_q_hat, d_w = passes.combine_backward(grad, v, q_hat, proj, weights)
-        d_m = (q_hat.transpose(-2, -1) @ w_grad).unflatten(-1, (steps, -1)).transpose(-3, -2)
+    else:  # block by block (_blocks): proj = grad [M_1 | ... | M_(T-1)]^T and W = [w_1 grad | ...] per block
+        grad, v, weights_ = grad.contiguous(), v.contiguous(), _per_token(weights, v)
+        m_cat = m.transpose(-2, -1).transpose(-3, -2).flatten(-2).flatten(0, -3)  # (BH, dv, (T-1) d)
+        d_q_hat, d_w = torch.empty_like(q_hat), torch.empty_like(weights_)
+        d_m = grad.new_zeros(m_cat.shape[0], q_hat.shape[-1], steps * grad.shape[-1])  # q_hat^T W, (BH, d, (T-1) dv)
+        tokens = [_rows(t) for t in (grad, v, q_hat, weights_, d_q_hat, d_w)]
+        for heads, rows in _blocks(m_cat.shape[0], v.shape[-2], m_cat.shape[-1], blocked):
+            gb, vb, qb, wb, dqb, dwb = (t[rows].view(heads.stop - heads.start, -1, t.shape[-1]) for t in tokens)
+            w_grad = passes.combine_backward(gb, vb, qb, torch.bmm(gb, m_cat[heads]), wb, dqb, dwb)
+            d_m[heads].baddbmm_(qb.transpose(-2, -1), w_grad)
+        d_m = d_m.view(*m.shape[:-3], -1, steps, m.shape[-1]).transpose(-3, -2)
     d_weights = _sum_to(d_w, weights.shape)
     # M_(t+1) = A M_t
     d_a = torch.zeros_like(a)
@@ -331,9 +377,9 @@ _forward_op = torch.library.custom_op('lisa::random_walk', _walk_forward, mutate
     '(Tensor q, Tensor k, Tensor v, Tensor weights, float eps, bool kernels) -> (Tensor, Tensor[])'))
 _backward_op = torch.library.custom_op('lisa::random_walk_backward', _walk_backward, mutates_args=(), schema=(
     '(Tensor grad, Tensor v, Tensor weights, Tensor[] saved, float eps, bool kernels) -> Tensor[]'))
-_forward_op.register_fake(lambda q, k, v, weights, eps, kernels: _walk_forward(q, k, v, weights, eps, False))
+_forward_op.register_fake(lambda q, k, v, weights, eps, kernels: _walk_forward(q, k, v, weights, eps, False, False))
 _backward_op.register_fake(lambda grad, v, weights, saved, eps, kernels: _walk_backward(grad, v, weights, saved,
-                                                                                         eps, False))
+                                                                                         eps, False, False))
 _forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 #: The walk by backend (:mod:`.backend`), one signature ``(q, k, v, weights, eps)``.

@@ -2,6 +2,8 @@
 // _walk_forward / _walk_backward, where the notation is defined). The d x d products stay with BLAS;
 // these replace the chains of elementwise operations around them, each a single pass over the rows.
 // Every tensor is contiguous, (BH, n, width) per token or (BH, 1, width) per batch-head.
+// walk_combine and walk_combine_backward write into outputs given by the caller, which runs them on
+// one block of tokens at a time (the temporaries hops, proj and W then exist for one block only).
 //
 //   walk_prepare:   mk = max K, k_bar = K s / mk, mu = s sum_j k_bar_j;
 //                   per token mq_i = max q_i, c_i = s / (q_i.mu / mq_i + eps), q_scale_i = c_i / mq_i,
@@ -189,13 +191,15 @@ LISA_CLONES void combine_rows(const T* v, const T* hops, const T* w, T* out, int
   }
 }
 
-at::Tensor walk_combine(const at::Tensor& v, const at::Tensor& hops, const at::Tensor& w) {
+// Writes out (like v): the caller passes one block of tokens at a time into its output.
+void walk_combine(const at::Tensor& v, const at::Tensor& hops, const at::Tensor& w, at::Tensor& out) {
   const int64_t n = v.size(-2), dv = v.size(-1), bh = v.numel() / (n * dv), steps = w.size(-1);
   check_rows(v, bh, n, "v");
   check_rows(hops, bh, n, "hops");
   check_rows(w, bh, n, "weights");
-  TORCH_CHECK(steps >= 2 && hops.size(-1) == (steps - 1) * dv, "walk_cpu: hops must be (..., n, (T - 1) dv)");
-  auto out = at::empty_like(v);
+  check_rows(out, bh, n, "out");
+  TORCH_CHECK(steps >= 2 && hops.size(-1) == (steps - 1) * dv && out.size(-1) == dv,
+              "walk_cpu: hops must be (..., n, (T - 1) dv), out like v");
   AT_DISPATCH_FLOATING_TYPES(v.scalar_type(), "walk_combine", [&] {
     const scalar_t *vp = v.data_ptr<scalar_t>(), *hp = hops.data_ptr<scalar_t>(), *wp = w.data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
@@ -203,7 +207,6 @@ at::Tensor walk_combine(const at::Tensor& v, const at::Tensor& hops, const at::T
       combine_rows(vp + r0 * dv, hp + r0 * (steps - 1) * dv, wp + r0 * steps, op + r0 * dv, r1 - r0, dv, steps);
     });
   });
-  return out;
 }
 
 template <typename T>
@@ -223,20 +226,23 @@ LISA_CLONES void combine_grad_rows(const T* g, const T* v, const T* q_hat, const
   }
 }
 
-std::vector<at::Tensor> walk_combine_backward(const at::Tensor& grad, const at::Tensor& v, const at::Tensor& q_hat,
-                                              const at::Tensor& proj, const at::Tensor& w) {
+// Writes d_q_hat (like q_hat) and d_w (like w), returns W: the caller passes one block of tokens at a time.
+at::Tensor walk_combine_backward(const at::Tensor& grad, const at::Tensor& v, const at::Tensor& q_hat,
+                                 const at::Tensor& proj, const at::Tensor& w, at::Tensor& d_q_hat, at::Tensor& d_w) {
   const int64_t n = v.size(-2), dv = v.size(-1), bh = v.numel() / (n * dv), d = q_hat.size(-1), steps = w.size(-1);
   check_rows(grad, bh, n, "grad");
   check_rows(v, bh, n, "v");
   check_rows(q_hat, bh, n, "q_hat");
   check_rows(proj, bh, n, "proj");
   check_rows(w, bh, n, "weights");
-  TORCH_CHECK(steps >= 2 && grad.size(-1) == dv && proj.size(-1) == (steps - 1) * d,
-              "walk_cpu: proj must be (..., n, (T - 1) d) and grad like v");
+  check_rows(d_q_hat, bh, n, "d_q_hat");
+  check_rows(d_w, bh, n, "d_w");
+  TORCH_CHECK(steps >= 2 && grad.size(-1) == dv && proj.size(-1) == (steps - 1) * d && d_q_hat.size(-1) == d &&
+                  d_w.size(-1) == steps,
+              "walk_cpu: proj must be (..., n, (T - 1) d), grad like v, d_q_hat like q_hat, d_w like w");
   auto sizes = grad.sizes().vec();
   sizes.back() = (steps - 1) * dv;
   auto w_grad = at::empty(sizes, grad.options());
-  auto d_q_hat = at::empty_like(q_hat), d_w = at::empty_like(w);
   AT_DISPATCH_FLOATING_TYPES(v.scalar_type(), "walk_combine_backward", [&] {
     const scalar_t *gp = grad.data_ptr<scalar_t>(), *vp = v.data_ptr<scalar_t>(), *qp = q_hat.data_ptr<scalar_t>();
     const scalar_t *pp = proj.data_ptr<scalar_t>(), *wp = w.data_ptr<scalar_t>();
@@ -246,7 +252,7 @@ std::vector<at::Tensor> walk_combine_backward(const at::Tensor& grad, const at::
                         wg + r0 * (steps - 1) * dv, dq + r0 * d, dw + r0 * steps, r1 - r0, d, dv, steps);
     });
   });
-  return {w_grad, d_q_hat, d_w};
+  return w_grad;
 }
 
 // ---- walk_q_backward -----------------------------------------------------------------------------
