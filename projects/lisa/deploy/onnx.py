@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from .detector import TRANSLATIONS, MaskRCNNDetections
 from .rewrites import symbolic_adaptive_pooling, symbolic_upsampling
+from .shaped import export_formulations
 
 if TYPE_CHECKING:
     from mmengine.config import Config
@@ -96,7 +97,7 @@ def export(model: nn.Module, shape: tuple[int, int], path: Path, opset: int, bat
     ``metadata_props``: :meth:`.metadata.Metadata.to_props`)."""
     inputs = model_inputs(model, torch.randn(batch, 3, *shape))
     dynamic = ({2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}, ) + (None, ) * (len(inputs) - 1)
-    with torch.no_grad():
+    with torch.no_grad(), export_formulations():
         program = torch.onnx.export(model, inputs, dynamo=True, opset_version=opset, dynamic_shapes=dynamic,
                                     input_names=list(getattr(model, 'input_names', ['input'])),
                                     output_names=list(model.output_names), custom_translation_table=TRANSLATIONS)
