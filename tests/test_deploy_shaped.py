@@ -10,10 +10,11 @@ import torch.nn.functional as F
 from test_export_onnx import OnGrid  # an attention on an image grid, parameters off their init
 
 from projects.lisa import deploy
-from projects.lisa.deploy import shaped
+from projects.lisa.deploy import rewrites, shaped
 from projects.lisa.models.attention import layers
-from projects.lisa.models.attention.ops import neighbourhood
+from projects.lisa.models.attention.ops import neighbourhood, walk
 from projects.lisa.models.attention.ops.neighbourhood import neighbourhood_attention_reference
+from projects.lisa.models.attention.ops.walk import random_walk_reference
 from projects.lisa.models.backbones import base
 
 pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
@@ -48,15 +49,41 @@ def test_resize_by_interpolation_matrices_matches_f_interpolate(size_in, size_ou
                                **TOLERANCES[dtype])
 
 
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+@pytest.mark.parametrize('n', [50, 197])
+@pytest.mark.parametrize('weights_shape', [(2, 3, None, 3), (3,), (1, 3, 1, 4), (2, 3, None, 1), (1, 3, 1, 2)],
+                         ids=['per-token', 'fixed', 'per-head', 'self-loop', 'per-head-T2'])
+def test_shaped_walk_matches_the_reference(weights_shape, n, dtype):
+    q, k, v = (torch.rand(2, 3, n, 8, dtype=dtype) for _ in range(3))
+    q[0, 0, 3] = 0   # an all-zero feature row (ReLU features) and an all-zero K
+    k[1, 2] = 0
+    weights = torch.rand(*(n if s is None else s for s in weights_shape), dtype=dtype).softmax(-1)
+    got = shaped.random_walk_shaped(q, k, v, weights, 1e-6)
+    torch.testing.assert_close(got, random_walk_reference(q, k, v, weights, 1e-6), **TOLERANCES[dtype])
+
+
+def test_linears_on_rows_compute_as_the_layers():
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.GELU(), torch.nn.Linear(5, 4, bias=False))
+    x = torch.randn(2, 7, 6)
+    expected = model(x)
+    rewrites.gemm_linears(model)
+    torch.testing.assert_close(model(x), expected, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(model(x[0, 0]), expected[0, 0], rtol=1e-6, atol=1e-6)
+
+
 def test_export_formulations_swap_the_traced_functions_for_the_block_only():
-    before = (neighbourhood.IMPLEMENTATIONS['reference'], layers.resize_grid, base.resize_grid)
+    def traced():
+        return (neighbourhood.IMPLEMENTATIONS['reference'], walk.IMPLEMENTATIONS['reference'], layers.resize_grid,
+                base.resize_grid)
+
+    before = traced()
     with shaped.export_formulations():
-        assert neighbourhood.IMPLEMENTATIONS['reference'] is shaped.neighbourhood_attention_tiled
-        assert layers.resize_grid is base.resize_grid is shaped.resize_grid_matmul
-    assert (neighbourhood.IMPLEMENTATIONS['reference'], layers.resize_grid, base.resize_grid) == before
+        assert traced() == (shaped.neighbourhood_attention_tiled, shaped.random_walk_shaped,
+                            shaped.resize_grid_matmul, shaped.resize_grid_matmul)
+    assert traced() == before
     with pytest.raises(RuntimeError), shaped.export_formulations():
         raise RuntimeError
-    assert (neighbourhood.IMPLEMENTATIONS['reference'], layers.resize_grid, base.resize_grid) == before
+    assert traced() == before
 
 
 def test_exported_lisa_layer_has_no_shifted_copies_or_resize_and_matches_eager_at_two_sizes(tmp_path):

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from .detector import TRANSLATIONS, MaskRCNNDetections
-from .rewrites import symbolic_adaptive_pooling, symbolic_upsampling
+from .rewrites import gemm_linears, symbolic_adaptive_pooling, symbolic_upsampling
 from .shaped import export_formulations
 
 if TYPE_CHECKING:
@@ -79,6 +79,7 @@ def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = 
         load_checkpoint_strictly(model, checkpoint)  # every tensor loaded, or IncompleteCheckpointError
     model = revert_sync_batchnorm(model).eval()
     symbolic_adaptive_pooling(model)
+    gemm_linears(model)
     if scope == 'mmseg':
         symbolic_upsampling(model)
         return SegmentorLogits(model).eval()

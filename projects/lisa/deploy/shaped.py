@@ -2,29 +2,31 @@
 onnxruntime runs fast (issue #40).
 
 Under ``torch.export`` the operators trace their plain-tensor references
-(:mod:`projects.lisa.models.attention.ops.backend`), written for reading. Their graphs are slow in
-onnxruntime, whose CPU kernels run one op at a time over whole tensors, for three reasons (an
-onnxruntime per-node profile of S-FPN LiSA-PVT-T at 512 x 512, ``tools/benchmark_deploy.py``):
+(:mod:`projects.lisa.models.attention.ops.backend`), written for reading. onnxruntime's CPU kernels run one
+op at a time over whole tensors, so the time of such a graph is its memory traffic; a per-node profile of
+the exported S-FPN LiSA-PVT-T at 512 x 512 (``SessionOptions.enable_profiling``, docs/deploy.md) put most of
+it in:
 
-* the 3 x 3 neighbourhood attention stacks nine shifted copies of the padded key and value grids,
-  ``(B, h, H, W, 9, d)`` each, multiplied and summed by broadcasting elementwise ops: nine times the
-  memory traffic of the grids, in ~100 Slice, Unsqueeze, Pad and Concat nodes per layer;
-* the positional encodings are resized by ``F.interpolate`` (under tracing the sizes are symbolic):
-  onnxruntime's bicubic ``Resize`` is a slow scalar loop, where eager PyTorch multiplies by two
-  interpolation matrices;
+* the 3 x 3 neighbourhood attention, which stacks nine shifted copies of the padded key and value grids,
+  ``(B, h, H, W, 9, d)`` each, multiplied and summed by broadcasting elementwise ops (nine times the
+  traffic of the grids, ~100 Slice, Unsqueeze, Pad and Concat nodes per layer);
+* the positional encodings' resizing: under tracing the sizes are symbolic and ``F.interpolate`` is
+  recorded, and onnxruntime's bicubic ``Resize`` is a slow scalar loop (eager PyTorch multiplies by two
+  interpolation matrices instead);
+* the walk's mean over the tokens (``ReduceMean`` over a non-last axis) and its token-wise rescaling of ``K``.
 
 Here each is written as a few large ops, the contractions as ``MatMul``:
 
-* :func:`neighbourhood_attention_tiled`: the grid cut into ``t x t`` tiles, each tile's queries
-  against the ``(t + 2r)^2`` keys around it in one batched ``MatMul``, the keys outside a query's
-  window masked before the softmax: a gather of the key and value tiles (1 + 2r/t)^2 times their
-  size instead of ``k^2`` shifted copies;
-* :func:`resize_grid_matmul`: the resizing as ``A_y G A_x^T`` with the interpolation matrices built in
-  the graph from the (symbolic) output size.
+* :func:`neighbourhood_attention_tiled`: the grid cut into ``t x t`` tiles, each tile's queries against
+  the ``(t + 2r)^2`` keys around it in one batched ``MatMul``, the keys outside a query's window masked
+  before the softmax: one ``Gather`` of key and value tiles, ``(1 + 2r/t)^2`` times the grids, instead of
+  ``k^2`` shifted copies;
+* :func:`resize_grid_matmul`: the resizing as ``A_y G A_x^T``, the interpolation matrices built in the
+  graph from the (symbolic) output size;
+* :func:`random_walk_shaped`: the mean as a ``MatMul``, ``K``'s scale folded into the ``d x d`` products.
 
-:func:`export_formulations` swaps them in while the export traces (:func:`.onnx.export`). Each is
-held
-to its reference by ``tests/test_deploy_shaped.py`` in float64 and float32 at two sizes.
+:func:`export_formulations` swaps them in while :func:`.onnx.export` traces. Each is held to its
+reference by ``tests/test_deploy_shaped.py`` in float64 and float32 at two sizes or more.
 """
 from __future__ import annotations
 
@@ -89,6 +91,37 @@ def neighbourhood_attention_tiled(
     return out if out_scale is None else out * out_scale
 
 
+def random_walk_shaped(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float) -> Tensor:
+    """:func:`~projects.lisa.models.attention.ops.random_walk_reference` with one pass over the tokens per
+    product: the same ``Y = w_0 V + sum_{t>=1} w_t Q~ M_t``, ``M_1 = K_bar^T V``, ``M_(t+1) = (K_bar^T Q~) M_t``.
+
+    The reference's token-wise steps on ``K`` fold into ``d x d`` ones: with ``mk = max K`` and
+    ``K_bar = K / (mk sqrt(n))``, ``K_bar^T X = (K^T X) / (mk sqrt(n))`` and ``mean(K / mk) = (1/n 1^T K) / mk``
+    (a ``MatMul``: onnxruntime's ReduceMean over the token axis is slow). ``Q~ = q' / ((q'.mu + eps) sqrt(n))``
+    with ``q' = q / max(q_i)`` as in the reference. Weights the same for every token fold into one
+    ``d x dv`` matrix."""
+    n = k.shape[-2]
+    q = q / q.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny)
+    mk = k.amax(dim=(-2, -1), keepdim=True).clamp_min(torch.finfo(k.dtype).tiny)     # (B, h, 1, 1)
+    mu = (torch.ones_like(k[..., :1, :1]).expand(*k.shape[:-2], 1, n) @ k) / (mk * n)  # mean(K / mk), (B, h, 1, d)
+    q_hat = q / ((q @ mu.transpose(-2, -1) + eps) * n ** 0.5)
+    kt = k.transpose(-2, -1)
+    a, m = (kt @ q_hat) / (mk * n ** 0.5), (kt @ v) / (mk * n ** 0.5)
+    if weights.shape[-1] == 1:
+        return weights * v
+    if weights.dim() < 2 or weights.shape[-2] == 1:  # the same weights for every token
+        folded = weights[..., 1:2] * m
+        for t in range(2, weights.shape[-1]):
+            m = a @ m
+            folded = folded + weights[..., t:t + 1] * m
+        return weights[..., :1] * v + q_hat @ folded
+    out = weights[..., :1] * v
+    for t in range(1, weights.shape[-1]):
+        out = out + weights[..., t:t + 1] * (q_hat @ m)
+        m = a @ m
+    return out
+
+
 def cubic_weights(t: Tensor, a: float = -0.75) -> list[Tensor]:
     """The weights of the four taps ``floor(x) - 1 .. floor(x) + 2`` of bicubic convolution at fractional
     offset ``t`` (Keys' kernel with ``a = -0.75``, as ``F.interpolate(mode='bicubic')``)."""
@@ -137,10 +170,11 @@ def export_formulations() -> Iterator[None]:
     the neighbourhood attention's ``'reference'`` entry (the backend that ``torch.export`` runs) and the
     grid resizing of the positional encodings and position tables."""
     from projects.lisa.models.attention import layers
-    from projects.lisa.models.attention.ops import neighbourhood
+    from projects.lisa.models.attention.ops import neighbourhood, walk
     from projects.lisa.models.backbones import base
 
-    swaps = [(neighbourhood.IMPLEMENTATIONS, 'reference', neighbourhood_attention_tiled)]
+    swaps = [(neighbourhood.IMPLEMENTATIONS, 'reference', neighbourhood_attention_tiled),
+             (walk.IMPLEMENTATIONS, 'reference', random_walk_shaped)]
     swaps += [(vars(module), 'resize_grid', resize_grid_matmul) for module in (layers, base)]
     saved = [(table, name, table[name]) for table, name, _ in swaps]
     try:
