@@ -12,7 +12,8 @@ from test_export_onnx import OnGrid  # an attention on an image grid, parameters
 from projects.lisa import deploy
 from projects.lisa.deploy import rewrites, shaped
 from projects.lisa.models.attention import layers
-from projects.lisa.models.attention.ops import neighbourhood, walk
+from projects.lisa.models.attention.ops import features, neighbourhood, walk
+from projects.lisa.models.attention.ops.features import kernel_features_reference
 from projects.lisa.models.attention.ops.neighbourhood import neighbourhood_attention_reference
 from projects.lisa.models.attention.ops.walk import random_walk_reference
 from projects.lisa.models.backbones import base
@@ -42,6 +43,15 @@ def test_tiled_neighbourhood_attention_matches_the_reference(hw, prefix, kernel_
 @pytest.mark.parametrize('mode', ['bilinear', 'bicubic'])
 @pytest.mark.parametrize('size_in, size_out', [((7, 5), (20, 9)), ((56, 56), (128, 136)), ((14, 14), (14, 14)),
                                                ((16, 9), (5, 3))])
+def test_tiled_neighbourhood_attention_matches_the_reference_on_far_spread_logits():
+    """Logits hundreds apart within a window: weights below e^-80 of the largest are raised to it, no
+    rounding sees that; none overflows or turns into NaN."""
+    q, k, v = (torch.randn(1, 2, 9 * 11, 8, dtype=torch.float64) * 20 for _ in range(3))
+    got = shaped.neighbourhood_attention_tiled(q, k, v, (9, 11), 1.0)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, neighbourhood_attention_reference(q, k, v, (9, 11), 1.0), rtol=1e-12, atol=1e-12)
+
+
 def test_resize_by_interpolation_matrices_matches_f_interpolate(size_in, size_out, mode, dtype):
     grid = torch.randn(*size_in, 6, dtype=dtype)
     expected = F.interpolate(grid.permute(2, 0, 1)[None], size=size_out, mode=mode, align_corners=False)
@@ -62,6 +72,19 @@ def test_shaped_walk_matches_the_reference(weights_shape, n, dtype):
     torch.testing.assert_close(got, random_walk_reference(q, k, v, weights, 1e-6), **TOLERANCES[dtype])
 
 
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+@pytest.mark.parametrize('n, with_pos', [(50, True), (197, False)])
+def test_shaped_kernel_features_match_the_reference(n, with_pos, dtype):
+    """Half the entries ReLU-zeroed and large ones beside them: ``u^3`` of the zeroed ones squares to
+    subnormals in float32, which the shaped focusing keeps out of its norm without changing a value."""
+    qkv = torch.randn(2, n, 3 * 16, dtype=dtype) * 30
+    pos = torch.randn(1, n, 16, dtype=dtype) if with_pos else None
+    s = torch.rand(16, dtype=dtype) + 0.3
+    for got, expected in zip(shaped.kernel_features_shaped(qkv, pos, s, 2, 3.0),
+                             kernel_features_reference(qkv, pos, s, 2, 3.0)):
+        torch.testing.assert_close(got, expected, **TOLERANCES[dtype])
+
+
 def test_linears_on_rows_compute_as_the_layers():
     model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.GELU(), torch.nn.Linear(5, 4, bias=False))
     x = torch.randn(2, 7, 6)
@@ -73,13 +96,13 @@ def test_linears_on_rows_compute_as_the_layers():
 
 def test_export_formulations_swap_the_traced_functions_for_the_block_only():
     def traced():
-        return (neighbourhood.IMPLEMENTATIONS['reference'], walk.IMPLEMENTATIONS['reference'], layers.resize_grid,
-                base.resize_grid)
+        return (neighbourhood.IMPLEMENTATIONS['reference'], walk.IMPLEMENTATIONS['reference'],
+                features.IMPLEMENTATIONS['reference'], layers.resize_grid, base.resize_grid)
 
     before = traced()
     with shaped.export_formulations():
         assert traced() == (shaped.neighbourhood_attention_tiled, shaped.random_walk_shaped,
-                            shaped.resize_grid_matmul, shaped.resize_grid_matmul)
+                            shaped.kernel_features_shaped, shaped.resize_grid_matmul, shaped.resize_grid_matmul)
     assert traced() == before
     with pytest.raises(RuntimeError), shaped.export_formulations():
         raise RuntimeError

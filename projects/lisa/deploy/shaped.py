@@ -13,7 +13,8 @@ it in:
 * the positional encodings' resizing: under tracing the sizes are symbolic and ``F.interpolate`` is
   recorded, and onnxruntime's bicubic ``Resize`` is a slow scalar loop (eager PyTorch multiplies by two
   interpolation matrices instead);
-* the walk's mean over the tokens (``ReduceMean`` over a non-last axis) and its token-wise rescaling of ``K``.
+* the walk's mean over the tokens (``ReduceMean`` over a non-last axis) and its token-wise rescaling of ``K``;
+* the focusing function's norm of ``u^p``, whose squares of ReLU-zeroed entries are subnormal floats.
 
 Here each is written as a few large ops, the contractions as ``MatMul``:
 
@@ -23,7 +24,8 @@ Here each is written as a few large ops, the contractions as ``MatMul``:
   ``k^2`` shifted copies;
 * :func:`resize_grid_matmul`: the resizing as ``A_y G A_x^T``, the interpolation matrices built in the
   graph from the (symbolic) output size;
-* :func:`random_walk_shaped`: the mean as a ``MatMul``, ``K``'s scale folded into the ``d x d`` products.
+* :func:`random_walk_shaped`: the mean as a ``MatMul``, ``K``'s scale folded into the ``d x d`` products;
+* :func:`kernel_features_shaped`: FLatten's focusing without subnormal squares in its norm (:func:`focus_shaped`).
 
 :func:`export_formulations` swaps them in while :func:`.onnx.export` traces. Each is held to its
 reference by ``tests/test_deploy_shaped.py`` in float64 and float32 at two sizes or more.
@@ -41,6 +43,9 @@ from torch import Tensor
 #: Side of the query tiles of :func:`neighbourhood_attention_tiled`: each tile of 4 x 4 queries reads
 #: 6 x 6 keys (a 3 x 3 window), 2.25 times the key and value grids and 36 logits per query.
 TILE = 4
+#: Lower bound of the shifted logits of :func:`neighbourhood_attention_tiled` before ``exp``: ``e^-80`` is a
+#: normal float32 (subnormal results make onnxruntime's ``Exp`` slow).
+EXP_FLOOR = 80.0
 
 
 def neighbourhood_attention_tiled(
@@ -56,10 +61,13 @@ def neighbourhood_attention_tiled(
 
         L = scale Q_tile K_tile^T                     (B, h, n, t^2, s^2), one MatMul
         L[q, k] = -inf  unless  0 <= i' - i <= 2r, 0 <= j' - j <= 2r  and key (y, x) inside the image
-        Y_tile = softmax(L) V_tile                    (B, h, n, t^2, dv), one MatMul
+        E = exp(max(L - max_k L, -80)) * [key allowed],   Y_tile = (E / sum_k E) V_tile   (one MatMul)
 
-    which is the reference's softmax over each query's in-image window (the masked keys weigh
-    exactly 0). Queries in the padding are dropped. Shapes as the reference's.
+    which is the reference's softmax over each query's in-image window: the masked keys weigh exactly 0,
+    and the floor -80 (``EXP_FLOOR``) only raises weights below ``e^-80`` of the largest to that, a
+    relative change under ``k^2 e^-80 ~ 1e-33``. onnxruntime's ``Softmax`` over rows with masked
+    (-inf) entries is ~4 times slower: its exponentials underflow through subnormal floats. Queries in
+    the padding are dropped. Shapes as the reference's.
     """
     p, (h, w), r = num_prefix_tokens, hw_shape, kernel_size // 2
     t, s = tile, tile + 2 * r
@@ -83,8 +91,11 @@ def neighbourhood_attention_tiled(
     i, j = torch.arange(t, device=device).view(t, 1), torch.arange(s, device=device).view(1, s)
     near = (j >= i) & (j <= i + 2 * r)                                      # (t, s): |offset| <= r along one axis
     window = (near.view(t, 1, s, 1) & near.view(1, t, 1, s)).reshape(t * t, s * s)
+    allowed = inside & window
     logits = (q_tiles @ halo(k).transpose(-2, -1)) * scale
-    attn = logits.masked_fill(~(inside & window), -math.inf).softmax(-1)
+    logits = logits.masked_fill(~allowed, -math.inf)
+    weights = (logits - logits.amax(dim=-1, keepdim=True)).clamp_min(-EXP_FLOOR).exp() * allowed
+    attn = weights / weights.sum(dim=-1, keepdim=True)
     out = (attn @ halo(v)).view(b, heads, ny, nx, t, t, dv).transpose(3, 4).reshape(b, heads, hp, wp, dv)
     out = out[:, :, :h, :w].flatten(2, 3)
     out = torch.cat([v[:, :, :p], out], dim=2) if p else out
@@ -120,6 +131,35 @@ def random_walk_shaped(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: fl
         out = out + weights[..., t:t + 1] * (q_hat @ m)
         m = a @ m
     return out
+
+
+#: Floor of ``u^p`` inside its norm in :func:`focus_shaped`: its square, 1e-36, is a normal float32.
+NORM_FLOOR = 1e-18
+
+
+def focus_shaped(x: Tensor, p: float) -> Tensor:
+    """:func:`~projects.lisa.models.attention.ops.features.focus`, ``f_p(x) = max(x) ||u|| u^p / ||u^p||`` for
+    ``u = x / max(x)``, with ``||u^p||`` taken over ``max(u^p, 1e-18)``.
+
+    ``u^p`` of the ReLU-zeroed entries (``u`` ~ 1e-7, ``u^3`` ~ 1e-21) squares to subnormal floats, on which
+    onnxruntime's ``ReduceL2`` runs ~20 times slower (a microcode assist per element). The floor changes
+    ``||u^p||^2 >= 1`` (the largest entry of ``u`` is 1) by at most ``d 1e-36``: no float32 or float64
+    rounding sees it; ``u^p`` itself is left as it is."""
+    m = x.amax(dim=-1, keepdim=True)
+    u = x / m
+    up = u.pow(p)
+    return up * (m * u.norm(dim=-1, keepdim=True) / up.clamp_min(NORM_FLOOR).norm(dim=-1, keepdim=True))
+
+
+def kernel_features_shaped(qkv: Tensor, pos: Tensor | None, s: Tensor, heads: int,
+                           p: float) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`~projects.lisa.models.attention.ops.kernel_features_reference` (ReLU, focusing) with
+    :func:`focus_shaped`."""
+    q, k, v = qkv.chunk(3, dim=-1)
+    if pos is not None:
+        k = k + pos
+    q, k = focus_shaped((F.relu(q) + 1e-6) / s, p), focus_shaped((F.relu(k) + 1e-6) / s, p)
+    return tuple(t.unflatten(-1, (heads, -1)).transpose(1, 2) for t in (q, k, v))  # (B, N, h d) -> (B, h, N, d)
 
 
 def cubic_weights(t: Tensor, a: float = -0.75) -> list[Tensor]:
@@ -170,11 +210,12 @@ def export_formulations() -> Iterator[None]:
     the neighbourhood attention's ``'reference'`` entry (the backend that ``torch.export`` runs) and the
     grid resizing of the positional encodings and position tables."""
     from projects.lisa.models.attention import layers
-    from projects.lisa.models.attention.ops import neighbourhood, walk
+    from projects.lisa.models.attention.ops import features, neighbourhood, walk
     from projects.lisa.models.backbones import base
 
     swaps = [(neighbourhood.IMPLEMENTATIONS, 'reference', neighbourhood_attention_tiled),
-             (walk.IMPLEMENTATIONS, 'reference', random_walk_shaped)]
+             (walk.IMPLEMENTATIONS, 'reference', random_walk_shaped),
+             (features.IMPLEMENTATIONS, 'reference', kernel_features_shaped)]
     swaps += [(vars(module), 'resize_grid', resize_grid_matmul) for module in (layers, base)]
     saved = [(table, name, table[name]) for table, name, _ in swaps]
     try:
