@@ -39,10 +39,6 @@ def test_tiled_neighbourhood_attention_matches_the_reference(hw, prefix, kernel_
                                    **TOLERANCES[dtype])
 
 
-@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
-@pytest.mark.parametrize('mode', ['bilinear', 'bicubic'])
-@pytest.mark.parametrize('size_in, size_out', [((7, 5), (20, 9)), ((56, 56), (128, 136)), ((14, 14), (14, 14)),
-                                               ((16, 9), (5, 3))])
 def test_tiled_neighbourhood_attention_matches_the_reference_on_far_spread_logits():
     """Logits hundreds apart within a window: weights below e^-80 of the largest are raised to it, no
     rounding sees that; none overflows or turns into NaN."""
@@ -52,6 +48,10 @@ def test_tiled_neighbourhood_attention_matches_the_reference_on_far_spread_logit
     torch.testing.assert_close(got, neighbourhood_attention_reference(q, k, v, (9, 11), 1.0), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+@pytest.mark.parametrize('mode', ['bilinear', 'bicubic'])
+@pytest.mark.parametrize('size_in, size_out', [((7, 5), (20, 9)), ((56, 56), (128, 136)), ((14, 14), (14, 14)),
+                                               ((16, 9), (5, 3))])
 def test_resize_by_interpolation_matrices_matches_f_interpolate(size_in, size_out, mode, dtype):
     grid = torch.randn(*size_in, 6, dtype=dtype)
     expected = F.interpolate(grid.permute(2, 0, 1)[None], size=size_out, mode=mode, align_corners=False)
