@@ -61,13 +61,13 @@ def neighbourhood_attention_tiled(
 
         L = scale Q_tile K_tile^T                     (B, h, n, t^2, s^2), one MatMul
         L[q, k] = -inf  unless  0 <= i' - i <= 2r, 0 <= j' - j <= 2r  and key (y, x) inside the image
-        E = exp(max(L - max_k L, -80)) * [key allowed],   Y_tile = (E / sum_k E) V_tile   (one MatMul)
+        E = exp(max(L - max_k L, -80)),   Y_tile = (E / sum_k E) V_tile   (one MatMul)
 
-    which is the reference's softmax over each query's in-image window: the masked keys weigh exactly 0,
-    and the floor -80 (``EXP_FLOOR``) only raises weights below ``e^-80`` of the largest to that, a
-    relative change under ``k^2 e^-80 ~ 1e-33``. onnxruntime's ``Softmax`` over rows with masked
-    (-inf) entries is ~4 times slower: its exponentials underflow through subnormal floats. Queries in
-    the padding are dropped. Shapes as the reference's.
+    which is the reference's softmax over each query's in-image window: the floor -80 (``EXP_FLOOR``)
+    only raises the weights below ``e^-80`` of the largest, the masked keys' among them, to that, a
+    relative change under ``(t + 2r)^2 e^-80 ~ 1e-33`` that neither float32 nor float64 rounding sees.
+    onnxruntime's ``Softmax`` over rows with masked (-inf) entries is ~4 times slower: its exponentials
+    underflow through subnormal floats. Queries in the padding are dropped. Shapes as the reference's.
     """
     p, (h, w), r = num_prefix_tokens, hw_shape, kernel_size // 2
     t, s = tile, tile + 2 * r
@@ -91,10 +91,9 @@ def neighbourhood_attention_tiled(
     i, j = torch.arange(t, device=device).view(t, 1), torch.arange(s, device=device).view(1, s)
     near = (j >= i) & (j <= i + 2 * r)                                      # (t, s): |offset| <= r along one axis
     window = (near.view(t, 1, s, 1) & near.view(1, t, 1, s)).reshape(t * t, s * s)
-    allowed = inside & window
     logits = (q_tiles @ halo(k).transpose(-2, -1)) * scale
-    logits = logits.masked_fill(~allowed, -math.inf)
-    weights = (logits - logits.amax(dim=-1, keepdim=True)).clamp_min(-EXP_FLOOR).exp() * allowed
+    logits = logits.masked_fill(~(inside & window), -math.inf)
+    weights = (logits - logits.amax(dim=-1, keepdim=True)).clamp_min(-EXP_FLOOR).exp()
     attn = weights / weights.sum(dim=-1, keepdim=True)
     out = (attn @ halo(v)).view(b, heads, ny, nx, t, t, dv).transpose(3, 4).reshape(b, heads, hp, wp, dv)
     out = out[:, :, :h, :w].flatten(2, 3)
@@ -159,6 +158,8 @@ def kernel_features_shaped(qkv: Tensor, pos: Tensor | None, s: Tensor, heads: in
     if pos is not None:
         k = k + pos
     q, k = focus_shaped((F.relu(q) + 1e-6) / s, p), focus_shaped((F.relu(k) + 1e-6) / s, p)
+    if heads == 1:  # a view: onnxruntime would copy for the transpose
+        return q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)
     return tuple(t.unflatten(-1, (heads, -1)).transpose(1, 2) for t in (q, k, v))  # (B, N, h d) -> (B, h, N, d)
 
 
