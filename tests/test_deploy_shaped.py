@@ -11,7 +11,7 @@ from test_export_onnx import OnGrid  # an attention on an image grid, parameters
 
 from projects.lisa import deploy
 from projects.lisa.deploy import rewrites, shaped
-from projects.lisa.models.attention import layers
+from projects.lisa.models.attention import layers, linear
 from projects.lisa.models.attention.ops import features, neighbourhood, walk
 from projects.lisa.models.attention.ops.features import kernel_features_reference
 from projects.lisa.models.attention.ops.neighbourhood import neighbourhood_attention_reference
@@ -85,6 +85,14 @@ def test_shaped_kernel_features_match_the_reference(n, with_pos, dtype):
         torch.testing.assert_close(got, expected, **TOLERANCES[dtype])
 
 
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+@pytest.mark.parametrize('n', [50, 197])
+def test_shaped_linear_attention_matches_flattens(n, dtype):
+    q, k, v = (torch.rand(2, 3, n, 8, dtype=dtype) for _ in range(3))
+    torch.testing.assert_close(shaped.linear_attention_shaped(q, k, v, 1e-6), linear.linear_attention(q, k, v, 1e-6),
+                               **TOLERANCES[dtype])
+
+
 def test_linears_on_rows_compute_as_the_layers():
     model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.GELU(), torch.nn.Linear(5, 4, bias=False))
     x = torch.randn(2, 7, 6)
@@ -97,25 +105,27 @@ def test_linears_on_rows_compute_as_the_layers():
 def test_export_formulations_swap_the_traced_functions_for_the_block_only():
     def traced():
         return (neighbourhood.IMPLEMENTATIONS['reference'], walk.IMPLEMENTATIONS['reference'],
-                features.IMPLEMENTATIONS['reference'], layers.resize_grid, base.resize_grid)
+                features.IMPLEMENTATIONS['reference'], layers.resize_grid, base.resize_grid, linear.linear_attention)
 
     before = traced()
     with shaped.export_formulations():
         assert traced() == (shaped.neighbourhood_attention_tiled, shaped.random_walk_shaped,
-                            shaped.kernel_features_shaped, shaped.resize_grid_matmul, shaped.resize_grid_matmul)
+                            shaped.kernel_features_shaped, shaped.resize_grid_matmul, shaped.resize_grid_matmul,
+                            shaped.linear_attention_shaped)
     assert traced() == before
     with pytest.raises(RuntimeError), shaped.export_formulations():
         raise RuntimeError
     assert traced() == before
 
 
-def test_exported_lisa_layer_has_no_shifted_copies_or_resize_and_matches_eager_at_two_sizes(tmp_path):
-    """About 10 s: the formulations as onnxruntime runs them, at the traced size and another."""
+@pytest.mark.parametrize('cfg', [dict(type='lisa'), dict(type='flatten')], ids=['lisa', 'flatten'])
+def test_exported_layer_has_no_shifted_copies_or_resize_and_matches_eager_at_two_sizes(cfg, tmp_path):
+    """About 10 s each: the formulations as onnxruntime runs them, at the traced size and another."""
     onnx = pytest.importorskip('onnx')
     pytest.importorskip('onnxruntime')
-    model = OnGrid(dict(type='lisa'))
-    deploy.export(model, (6, 9), tmp_path / 'lisa.onnx', opset=18)
-    ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / 'lisa.onnx')).graph.node)
-    assert ops['Resize'] == 0 and ops['Slice'] < 20, ops
-    errors = deploy.relative_errors(model, tmp_path / 'lisa.onnx', [(6, 9), (11, 5)])
+    model = OnGrid(cfg)
+    deploy.export(model, (6, 9), tmp_path / 'layer.onnx', opset=18)
+    ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / 'layer.onnx')).graph.node)
+    assert ops['Resize'] == ops['ReduceMean'] == 0 and ops['Slice'] < 20, ops
+    errors = deploy.relative_errors(model, tmp_path / 'layer.onnx', [(6, 9), (11, 5)])
     assert max(e for _, _, e in errors) < 1e-5, errors

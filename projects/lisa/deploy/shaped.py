@@ -25,7 +25,8 @@ Here each is written as a few large ops, the contractions as ``MatMul``:
 * :func:`resize_grid_matmul`: the resizing as ``A_y G A_x^T``, the interpolation matrices built in the
   graph from the (symbolic) output size;
 * :func:`random_walk_shaped`: the mean as a ``MatMul``, ``K``'s scale folded into the ``d x d`` products;
-* :func:`kernel_features_shaped`: FLatten's focusing without subnormal squares in its norm (:func:`focus_shaped`).
+* :func:`kernel_features_shaped`: FLatten's focusing without subnormal squares in its norm (:func:`focus_shaped`);
+* :func:`linear_attention_shaped`: FLatten's linear attention with its token sums as ``MatMul``.
 
 :func:`export_formulations` swaps them in while :func:`.onnx.export` traces. Each is held to its
 reference by ``tests/test_deploy_shaped.py`` in float64 and float32 at two sizes or more.
@@ -132,6 +133,17 @@ def random_walk_shaped(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: fl
     return out
 
 
+def linear_attention_shaped(q: Tensor, k: Tensor, v: Tensor, eps: float) -> Tensor:
+    """:func:`projects.lisa.models.attention.linear.linear_attention` (FLatten's mix),
+    ``Y_i = q_i (K^T V / n) / (q_i . mean_j k_j + eps)``, its two token sums as ``MatMul`` (the mean too:
+    onnxruntime's ReduceMean over the token axis is slow) with the ``1/n`` on their ``d x dv`` results
+    instead of two passes over ``K`` and ``V``."""
+    n = k.shape[-2]
+    kv = (k.transpose(-2, -1) @ v) / n
+    mean = (torch.ones_like(k[..., :1, :1]).expand(*k.shape[:-2], 1, n) @ k) / n             # (B, h, 1, d)
+    return (q @ kv) / (q @ mean.transpose(-2, -1) + eps)
+
+
 #: Floor of ``u^p`` inside its norm in :func:`focus_shaped`: its square, 1e-36, is a normal float32.
 NORM_FLOOR = 1e-18
 
@@ -208,9 +220,10 @@ def resize_grid_matmul(grid: Tensor, size: Sequence[int], mode: str) -> Tensor:
 @contextlib.contextmanager
 def export_formulations() -> Iterator[None]:
     """Trace the formulations of this module in place of the references, for the duration of the block:
-    the neighbourhood attention's ``'reference'`` entry (the backend that ``torch.export`` runs) and the
-    grid resizing of the positional encodings and position tables."""
-    from projects.lisa.models.attention import layers
+    the ``'reference'`` entries (the backend that ``torch.export`` runs) of the neighbourhood attention, the
+    walk and the kernel features, FLatten's linear attention and the grid resizing of the positional
+    encodings and position tables (the module attributes that their callers look up)."""
+    from projects.lisa.models.attention import layers, linear
     from projects.lisa.models.attention.ops import features, neighbourhood, walk
     from projects.lisa.models.backbones import base
 
@@ -218,6 +231,7 @@ def export_formulations() -> Iterator[None]:
              (walk.IMPLEMENTATIONS, 'reference', random_walk_shaped),
              (features.IMPLEMENTATIONS, 'reference', kernel_features_shaped)]
     swaps += [(vars(module), 'resize_grid', resize_grid_matmul) for module in (layers, base)]
+    swaps.append((vars(linear), 'linear_attention', linear_attention_shaped))
     saved = [(table, name, table[name]) for table, name, _ in swaps]
     try:
         for table, name, new in swaps:
