@@ -3,7 +3,8 @@
 ``torch.export`` with a dynamic height and width records ``int(size * factor)`` and adaptive
 pooling's kernel as constants of the traced input: at another size the graph silently computes
 something else. Each rewrite replaces a layer's ``forward`` by the same computation with the sizes
-kept symbolic (same values eagerly).
+kept symbolic (same values eagerly). :func:`gemm_linears` likewise gives ``nn.Linear`` the form that
+onnxruntime runs as one ``Gemm``.
 """
 from __future__ import annotations
 
