@@ -20,8 +20,8 @@ Here each is written as a few large ops, the contractions as ``MatMul``:
 
 * :func:`neighbourhood_attention_tiled`: the grid cut into ``t x t`` tiles, each tile's queries against
   the ``(t + 2r)^2`` keys around it in one batched ``MatMul``, the keys outside a query's window masked
-  before the softmax: one ``Gather`` of key and value tiles, ``(1 + 2r/t)^2`` times the grids, instead of
-  ``k^2`` shifted copies;
+  before the softmax: a ``Gather`` of the key and value tiles, ``(1 + 2r/t)^2`` times the grids, instead
+  of ``k^2`` shifted copies (no padding, no transposes: the query tiles and the output are gathers too);
 * :func:`resize_grid_matmul`: the resizing as ``A_y G A_x^T``, the interpolation matrices built in the
   graph from the (symbolic) output size;
 * :func:`random_walk_shaped`: the mean as a ``MatMul``, ``K``'s scale folded into the ``d x d`` products;
@@ -55,10 +55,11 @@ def neighbourhood_attention_tiled(
 ) -> Tensor:
     """:func:`~projects.lisa.models.attention.ops.neighbourhood_attention_reference`, tiled.
 
-    With ``r = kernel_size // 2`` and ``s = t + 2r``: the grid, zero-padded to ``(Hp, Wp)``, multiples
-    of ``t``, is cut into ``n = Hp Wp / t^2`` tiles; tile ``(a, b)`` holds the queries
-    ``(a t + i, b t + j)``, ``0 <= i, j < t``, and reads the ``s x s`` keys and values
-    ``(a t + i' - r, b t + j' - r)``, ``0 <= i', j' < s`` (one ``Gather`` of the padded grid). Then
+    With ``r = kernel_size // 2`` and ``s = t + 2r``: the grid is cut into ``n = ceil(H/t) ceil(W/t)`` tiles;
+    tile ``(a, b)`` holds the queries ``(a t + i, b t + j)``, ``0 <= i, j < t``, and reads the ``s x s`` keys
+    and values ``(a t + i' - r, b t + j' - r)``, ``0 <= i', j' < s``: one ``Gather`` each of the query, key
+    and value tokens, positions off the grid clamped to its border (their queries are dropped, their keys
+    masked). Then
 
         L = scale Q_tile K_tile^T                     (B, h, n, t^2, s^2), one MatMul
         L[q, k] = -inf  unless  0 <= i' - i <= 2r, 0 <= j' - j <= 2r  and key (y, x) inside the image
@@ -68,36 +69,40 @@ def neighbourhood_attention_tiled(
     only raises the weights below ``e^-80`` of the largest, the masked keys' among them, to that, a
     relative change under ``(t + 2r)^2 e^-80 ~ 1e-33`` that neither float32 nor float64 rounding sees.
     onnxruntime's ``Softmax`` over rows with masked (-inf) entries is ~4 times slower: its exponentials
-    underflow through subnormal floats. Queries in the padding are dropped. Shapes as the reference's.
+    underflow through subnormal floats. A last ``Gather`` puts the tokens back in order. Shapes as the
+    reference's.
     """
     p, (h, w), r = num_prefix_tokens, hw_shape, kernel_size // 2
     t, s = tile, tile + 2 * r
-    b, heads, d, dv = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
+    b, heads = q.shape[:2]
     ny, nx = (h + t - 1) // t, (w + t - 1) // t
-    hp, wp = ny * t, nx * t
     device = q.device
-    # queries: (B, h, ny, t, nx, t, d) -> (B, h, ny nx, t^2, d)
-    grid = F.pad(q[:, :, p:].unflatten(2, (h, w)), (0, 0, 0, wp - w, 0, hp - h))
-    q_tiles = grid.reshape(b, heads, ny, t, nx, t, d).transpose(3, 4).reshape(b, heads, ny * nx, t * t, d)
-    # key rows/columns of each tile in the grid padded by r (then to Hp + 2r, Wp + 2r): (ny, 1, s, 1), (1, nx, 1, s)
-    rows = torch.arange(ny, device=device).view(ny, 1, 1, 1) * t + torch.arange(s, device=device).view(1, 1, s, 1)
-    cols = torch.arange(nx, device=device).view(1, nx, 1, 1) * t + torch.arange(s, device=device).view(1, 1, 1, s)
-    index = (rows * (wp + 2 * r) + cols).flatten()                          # (ny nx s^2)
 
-    def halo(x: Tensor) -> Tensor:  # (B, h, ny nx, s^2, dx): each tile's keys or values
-        padded = F.pad(x[:, :, p:].unflatten(2, (h, w)), (0, 0, r, wp - w + r, r, hp - h + r)).flatten(2, 3)
-        return padded.index_select(2, index).view(b, heads, ny * nx, s * s, x.shape[-1])
+    def tile_index(side: int, shift: int) -> tuple[Tensor, Tensor]:  # rows (ny, 1, side, 1), columns (1, nx, 1, side)
+        rows = torch.arange(ny, device=device).view(ny, 1, 1, 1) * t + torch.arange(side, device=device).view(
+            1, 1, side, 1) - shift
+        cols = torch.arange(nx, device=device).view(1, nx, 1, 1) * t + torch.arange(side, device=device).view(
+            1, 1, 1, side) - shift
+        return rows, cols
 
-    inside = ((rows >= r) & (rows < h + r) & (cols >= r) & (cols < w + r)).reshape(ny * nx, 1, s * s)
+    def gather(x: Tensor, rows: Tensor, cols: Tensor) -> Tensor:  # (B, h, ny nx, side^2, dx); clamped to the grid
+        index = (rows.clamp(0, h - 1) * w + cols.clamp(0, w - 1)).flatten()
+        return x[:, :, p:].index_select(2, index).view(b, heads, ny * nx, -1, x.shape[-1])
+
+    q_rows, q_cols = tile_index(t, 0)
+    k_rows, k_cols = tile_index(s, r)
+    inside = ((k_rows >= 0) & (k_rows < h) & (k_cols >= 0) & (k_cols < w)).reshape(ny * nx, 1, s * s)
     i, j = torch.arange(t, device=device).view(t, 1), torch.arange(s, device=device).view(1, s)
     near = (j >= i) & (j <= i + 2 * r)                                      # (t, s): |offset| <= r along one axis
     window = (near.view(t, 1, s, 1) & near.view(1, t, 1, s)).reshape(t * t, s * s)
-    logits = (q_tiles @ halo(k).transpose(-2, -1)) * scale
-    logits = logits.masked_fill(~(inside & window), -math.inf)
+    bias = torch.zeros((), dtype=q.dtype, device=device).masked_fill(~(inside & window), -math.inf)
+    logits = (gather(q, q_rows, q_cols) @ gather(k, k_rows, k_cols).transpose(-2, -1)) * scale + bias
     weights = (logits - logits.amax(dim=-1, keepdim=True)).clamp_min(-EXP_FLOOR).exp()
-    attn = weights / weights.sum(dim=-1, keepdim=True)
-    out = (attn @ halo(v)).view(b, heads, ny, nx, t, t, dv).transpose(3, 4).reshape(b, heads, hp, wp, dv)
-    out = out[:, :, :h, :w].flatten(2, 3)
+    out = (weights / weights.sum(dim=-1, keepdim=True)) @ gather(v, k_rows, k_cols)  # (B, h, ny nx, t^2, dv)
+    # token (y, x) sits in tile (y // t, x // t) at (y % t, x % t)
+    ys, xs = torch.arange(h, device=device).view(h, 1), torch.arange(w, device=device).view(1, w)
+    index = (((ys // t) * nx + xs // t) * (t * t) + (ys % t) * t + xs % t).flatten()
+    out = out.flatten(2, 3).index_select(2, index)
     out = torch.cat([v[:, :, :p], out], dim=2) if p else out
     return out if out_scale is None else out * out_scale
 
