@@ -87,6 +87,34 @@ def test_tables_give_each_measured_figure_in_its_column():
     assert text.count('\n| model |') == 2 and text.count('| 1.5× (240×144) |') == 1
 
 
+def test_profile_table_sums_time_and_nodes_by_op_type_side_by_side():
+    before = dict(model='S-FPN LiSA-PVT-T', task='profile only', profile=dict(
+        ms={'Concat': 300.0, 'MatMul': 100.0, 'Slice': 100.0}, nodes={'Concat': 52, 'MatMul': 80, 'Slice': 326,
+                                                                      'Reshape': 9}))
+    pvt = dict(model='S-FPN PVT-T', task='profile only', profile=dict(ms={'MatMul': 150.0, 'Conv': 50.0},
+                                                                      nodes={'MatMul': 54, 'Conv': 26}))
+    rows = cells(deploy_benchmark.profile_table([before, pvt, dict(model='unprofiled', task='x')], top=2))
+    assert rows[0] == ['op type', 'S-FPN LiSA-PVT-T ms (share)', 'nodes', 'S-FPN PVT-T ms (share)', 'nodes']
+    assert rows[1] == ['MatMul', '100 (20%)', '80', '150 (75%)', '54']   # largest share first
+    assert rows[2] == ['Concat', '300 (60%)', '52', '0 (0%)', '0']
+    assert rows[3] == ['other (3 types)', '100 (20%)', '335', '50 (25%)', '26']
+    assert rows[4] == ['**all nodes**', '500 (100%)', '467', '200 (100%)', '80']
+    assert deploy_benchmark.profile_table([dict(model='unprofiled')]) == ''
+    text = deploy_benchmark.document('cmd', 'setting', [], '', [before], 'models note', 60, 'profile note')
+    assert "### Where onnxruntime's time goes\n\nprofile note\n\n| op type |" in text
+
+
+def test_op_profile_times_each_op_type_of_a_file(tmp_path):
+    pytest.importorskip('onnxruntime')
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 3, 16, 16)
+    with torch.no_grad():
+        torch.onnx.export(model, (x, ), tmp_path / 'm.onnx', dynamo=True).save(str(tmp_path / 'm.onnx'))
+    profile = deploy_benchmark.op_profile(tmp_path / 'm.onnx', [x], threads=1, runs=2)
+    assert profile['nodes']['Conv'] == 1 and set(profile['ms']) >= {'Conv'} and all(
+        t >= 0 for t in profile['ms'].values())
+
+
 def test_latency_times_the_reference_side_on_the_reference_backend_and_the_others_as_they_run():
     """The three sides take turns on the same input; only the reference side switches the backend."""
     from projects.lisa.models.attention.ops.backend import current_backend

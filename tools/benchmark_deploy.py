@@ -77,13 +77,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     models.add_argument('--budget', type=float, default=30.0,
                         help="stop repeating a side's runs once they took this many seconds (after one)")
     models.add_argument('--keep', action='store_true', help='keep the ONNX files under --out')
+    models.add_argument('--profile', nargs='*', default=['fpn-pvt-t', 'fpn-lisa-pvt-t'], metavar='MODEL',
+                        help="of --models: onnxruntime's time by op type (per-node profile)")
     parser.add_argument('--threads', type=int, default=1, help='torch and onnxruntime intra-op threads')
     parser.add_argument('--opset', type=int, default=18)
     parser.add_argument('--seed', type=int, default=0, help='random weights and inputs')
     parser.add_argument('--out', type=Path, default=Path('work_dirs/benchmark_deploy'))
     parser.add_argument('--markdown', type=Path, help='also write the document to this file (docs/deploy.md)')
     args = parser.parse_args(argv)
-    unknown = [m for m in args.models if m not in KEYS]
+    unknown = [m for m in args.models + args.profile if m not in KEYS]
     if unknown:
         parser.error(f'--models: {", ".join(map(repr, unknown))} not among {", ".join(KEYS)}')
     for name in ('threads', 'repeats', 'images'):
@@ -129,7 +131,7 @@ def main(argv=None) -> int:
     for name in (KEYS[m] for m in args.models) if 'models' in args.parts else ():
         row = measure_model(name, ROOT / 'configs', args.out, args.threads, args.seg_size, args.det_size,
                             args.data_root, args.images, args.warmup, args.repeats, args.budget, args.opset,
-                            args.seed, args.keep)
+                            args.seed, args.keep, key(name) in args.profile)
         models.append(row)
         print(json.dumps(row), flush=True)
     wall_s = time.perf_counter() - start
@@ -162,7 +164,11 @@ def main(argv=None) -> int:
         'RPN and mask regressions ×30), and the timed graph runs NMS and the mask head on K detections; the '
         f"agreement is checked as the trained model's, on {args.images} generated COCO val images at the "
         "config's test scale (1333×800), without AP (random weights).")
-    text = document(command, setting, trained, trained_note, models, models_note, wall_s)
+    profile_note = ("onnxruntime's per-node profile (`SessionOptions.enable_profiling`) of the timed input, "
+                    f'{args.threads} thread{"s" * (args.threads > 1)}, mean of 3 runs after one warm-up: kernel time '
+                    'summed by op type (ms per run, share of all nodes) and the nodes of that type in the file; '
+                    'fused op types (`FusedMatMul`, `Gemm`, NCHWc `Reorder*`) are made by onnxruntime at load time.')
+    text = document(command, setting, trained, trained_note, models, models_note, wall_s, profile_note)
     failures = [f'trained {r["scale"]:g}×: {f}' for r in trained for f in r['failures']]
     failures += [f'{r["model"]}: {f}' for r in models for f in r.get('agreement', {}).get('failures', [])]
     failures += [f'{r["model"]}: relative error {e:.1e} at {s[0]}×{s[1]} above 1e-4' for r in models

@@ -83,6 +83,37 @@ def latency(wrapped, session, inputs: Sequence[torch.Tensor], warmup: int, repea
                         torch.device('cpu'), warmup, repeats, budget_s)
 
 
+def op_profile(path: Path, inputs: Sequence[torch.Tensor], threads: int, runs: int = 3) -> dict:
+    """Where onnxruntime spends its time on the file at ``path``: its per-node profile
+    (``SessionOptions.enable_profiling``) over ``runs`` runs after one warm-up, summed by op type.
+    ``{'ms': {op type: ms per run}, 'nodes': {op type: nodes in the file}}``; op types that onnxruntime
+    makes by fusion (``FusedMatMul``, ``Gemm`` from ``MatMul + Add``) count where they run, not in the file."""
+    import json
+    import tempfile
+    from collections import Counter
+
+    import onnx
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.enable_profiling = True
+    with tempfile.TemporaryDirectory() as tmp:
+        options.profile_file_prefix = str(Path(tmp) / 'profile')
+        session = ort.InferenceSession(str(path), options, providers=['CPUExecutionProvider'])
+        feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
+        for _ in range(1 + runs):
+            session.run(None, feed)
+        events = json.loads(Path(session.end_profiling()).read_text())
+    warm_up = min((e for e in events if e.get('name') == 'model_run'), key=lambda e: e['ts'])
+    ms = Counter()
+    for e in events:
+        if e.get('cat') == 'Node' and e['name'].endswith('_kernel_time') and e['ts'] > warm_up['ts'] + warm_up['dur']:
+            ms[e['args']['op_name']] += e['dur'] / 1e3 / runs
+    nodes = Counter(n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node)
+    return dict(ms=dict(ms.most_common()), nodes=dict(nodes.most_common()))
+
+
 def timing_row(times: dict[str, dict[str, float]]) -> dict[str, float]:
     """Milliseconds of :func:`latency` as flat row fields."""
     return {f'{side}_{clock}_ms': times[side][clock] * 1e3 for side in SIDES for clock in ('cpu', 'wall')}
@@ -90,9 +121,10 @@ def timing_row(times: dict[str, dict[str, float]]) -> dict[str, float]:
 
 def measure_model(name: str, configs: Path, work: Path, threads: int, seg_size: Sequence[int],
                   det_size: Sequence[int], coco_root: Path, images: int, warmup: int, repeats: int,
-                  budget_s: float, opset: int = 18, seed: int = 0, keep: bool = False) -> dict:
+                  budget_s: float, opset: int = 18, seed: int = 0, keep: bool = False, profile: bool = False) -> dict:
     """The row of one model of :data:`MODELS` (module docstring), its config under ``configs``,
-    its ONNX file under ``work`` (removed afterwards unless ``keep``)."""
+    its ONNX file under ``work`` (removed afterwards unless ``keep``); with ``profile`` also
+    onnxruntime's time by op type (:func:`op_profile`)."""
     from projects.lisa.deploy import MaskRCNNDetections, agreement, build_model, relative_errors
     from projects.lisa.deploy.onnx import ort_session
 
@@ -118,6 +150,8 @@ def measure_model(name: str, configs: Path, work: Path, threads: int, seg_size: 
     else:
         inputs = (x, )
     row.update(timing_row(latency(wrapped, session, inputs, warmup, repeats, budget_s)))
+    if profile:
+        row['profile'] = op_profile(path, inputs, threads)
     if detector:
         with torch.no_grad():
             eager_k = len(wrapped(*inputs)[0])
@@ -244,8 +278,33 @@ def detector_table(rows: Sequence[dict]) -> str:
     return '\n'.join(lines)
 
 
+def profile_table(rows: Sequence[dict], top: int = 14) -> str:
+    """onnxruntime's time by op type (:func:`op_profile`) of the rows that have it, side by side: ms per run
+    (share of the nodes' total) and the file's nodes of that type, the ``top`` op types by time, the rest
+    summed."""
+    rows = [r for r in rows if 'profile' in r]
+    if not rows:
+        return ''
+    totals = [sum(r['profile']['ms'].values()) for r in rows]
+    ops = sorted({op for r in rows for op in (*r['profile']['ms'], *r['profile']['nodes'])},
+                 key=lambda op: -max(r['profile']['ms'].get(op, 0) / t for r, t in zip(rows, totals)))
+    lines = ['| op type | ' + ' | '.join(f"{r['model']} ms (share) | nodes" for r in rows) + ' |',
+             '|---|' + '---|---|' * len(rows)]
+
+    def cells(names: Sequence[str]) -> str:
+        return ' | '.join(f"{sum(r['profile']['ms'].get(op, 0) for op in names):.0f} "
+                          f"({100 * sum(r['profile']['ms'].get(op, 0) for op in names) / t:.0f}%) | "
+                          f"{sum(r['profile']['nodes'].get(op, 0) for op in names)}" for r, t in zip(rows, totals))
+
+    lines += [f'| {op} | {cells([op])} |' for op in ops[:top]]
+    if ops[top:]:
+        lines.append(f'| other ({len(ops) - top} types) | {cells(ops[top:])} |')
+    lines.append(f'| **all nodes** | {cells(ops)} |')
+    return '\n'.join(lines)
+
+
 def document(command: str, setting: str, trained: Sequence[dict], trained_note: str, models: Sequence[dict],
-             models_note: str, wall_s: float) -> str:
+             models_note: str, wall_s: float, profile_note: str = '') -> str:
     """The markdown of ``docs/deploy.md``: what wrote it, the setting, the tables."""
     parts = ['# Deployment: ONNX export and onnxruntime against eager PyTorch', '',
              f'Written by `{command}` (do not edit by hand), in {wall_s / 60:.0f} min.', '', f'Setting: {setting}.']
@@ -257,4 +316,6 @@ def document(command: str, setting: str, trained: Sequence[dict], trained_note: 
         for table in (segmentor_table(models), detector_table(models)):
             if table:
                 parts += ['', table]
+        if profile_table(models):
+            parts += ['', "### Where onnxruntime's time goes", '', profile_note, '', profile_table(models)]
     return '\n'.join(parts) + '\n'

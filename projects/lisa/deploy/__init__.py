@@ -5,7 +5,8 @@ file's metadata (the format and its reader :mod:`.metadata`, written from the co
 (:mod:`.rewrites`), exportable stand-ins of mmcv's detection ops (:mod:`.nms`, :mod:`.roi_align`)
 and Mask R-CNN's post-processing written with them (:mod:`.detector`), checked against mmdet's own
 test by :mod:`.agreement`. LiSA's attentions export as they are (under ``torch.export`` they trace
-their plain-tensor references, :mod:`projects.lisa.models.attention.ops.backend`).
+their plain-tensor references, :mod:`projects.lisa.models.attention.ops.backend`), in the formulations
+that :mod:`.shaped` writes for onnxruntime (same values, fewer and larger ops).
 
 Two sides with their own needs: inference from the file (:mod:`.infer`, :mod:`.detect`,
 :mod:`.metadata`, :mod:`.resize`) imports onnxruntime, numpy and OpenCV only; the export side torch,
@@ -25,7 +26,9 @@ EXPORTS = {
     'Metadata': 'metadata', 'MetadataError': 'metadata',
     'inference_metadata': 'config_metadata',
     'SegmentorLogits': 'onnx', 'build_model': 'onnx', 'export': 'onnx', 'relative_errors': 'onnx',
-    'pooling_matrix': 'rewrites', 'symbolic_adaptive_pooling': 'rewrites', 'symbolic_upsampling': 'rewrites',
+    'gemm_linears': 'rewrites', 'pooling_matrix': 'rewrites', 'symbolic_adaptive_pooling': 'rewrites',
+    'symbolic_upsampling': 'rewrites',
+    'export_formulations': 'shaped',
 }
 __all__ = sorted(EXPORTS)
 

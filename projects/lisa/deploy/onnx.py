@@ -12,7 +12,9 @@ preprocessor leaves it), with its height and width dynamic:
 
 The exporter is the one torch recommends, ``torch.onnx.export(..., dynamo=True)``
 (``torch.export`` then ONNX translation); LiSA's attentions trace plain tensor operations
-while exporting, so nothing is switched beforehand.
+while exporting, so no backend is switched beforehand. What they trace is shaped for onnxruntime
+(:func:`.shaped.export_formulations`: the same values in fewer, larger ops), and every ``nn.Linear``
+exports as one ``Gemm`` (:func:`.rewrites.gemm_linears`).
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ import torch
 from torch import Tensor, nn
 
 from .detector import TRANSLATIONS, MaskRCNNDetections
-from .rewrites import symbolic_adaptive_pooling, symbolic_upsampling
+from .rewrites import gemm_linears, symbolic_adaptive_pooling, symbolic_upsampling
+from .shaped import export_formulations
 
 if TYPE_CHECKING:
     from mmengine.config import Config
@@ -61,8 +64,8 @@ def load_config(config: str | Path, cfg_options: dict | None = None) -> tuple[Co
 
 
 def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = None) -> nn.Module:
-    """The config's model in eval mode, SyncBN reverted to BN, its sizes symbolic
-    (:mod:`.rewrites`), wrapped for export (:class:`SegmentorLogits`, :class:`.detector.MaskRCNNDetections`)."""
+    """The config's model in eval mode, SyncBN reverted to BN, its sizes symbolic and its linear layers
+    on rows (:mod:`.rewrites`), wrapped for export (:class:`SegmentorLogits`, :class:`.detector.MaskRCNNDetections`)."""
     from mmengine.model import revert_sync_batchnorm
     from mmengine.registry import MODELS
 
@@ -78,6 +81,7 @@ def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = 
         load_checkpoint_strictly(model, checkpoint)  # every tensor loaded, or IncompleteCheckpointError
     model = revert_sync_batchnorm(model).eval()
     symbolic_adaptive_pooling(model)
+    gemm_linears(model)
     if scope == 'mmseg':
         symbolic_upsampling(model)
         return SegmentorLogits(model).eval()
@@ -92,11 +96,12 @@ def model_inputs(model: nn.Module, x: Tensor) -> tuple[Tensor, ...]:
 def export(model: nn.Module, shape: tuple[int, int], path: Path, opset: int, batch: int = 1,
            metadata: dict[str, str] | None = None) -> None:
     """Export ``model`` (with ``output_names``) by the dynamo exporter at input ``(batch, 3, *shape)``,
-    height and width dynamic, to ``path`` (weights inside the file, ``metadata`` as its
-    ``metadata_props``: :meth:`.metadata.Metadata.to_props`)."""
+    height and width dynamic, LiSA's operators as :func:`.shaped.export_formulations` writes them, to
+    ``path`` (weights inside the file, ``metadata`` as its ``metadata_props``:
+    :meth:`.metadata.Metadata.to_props`)."""
     inputs = model_inputs(model, torch.randn(batch, 3, *shape))
     dynamic = ({2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}, ) + (None, ) * (len(inputs) - 1)
-    with torch.no_grad():
+    with torch.no_grad(), export_formulations():
         program = torch.onnx.export(model, inputs, dynamo=True, opset_version=opset, dynamic_shapes=dynamic,
                                     input_names=list(getattr(model, 'input_names', ['input'])),
                                     output_names=list(model.output_names), custom_translation_table=TRANSLATIONS)

@@ -3,7 +3,8 @@
 ``torch.export`` with a dynamic height and width records ``int(size * factor)`` and adaptive
 pooling's kernel as constants of the traced input: at another size the graph silently computes
 something else. Each rewrite replaces a layer's ``forward`` by the same computation with the sizes
-kept symbolic (same values eagerly).
+kept symbolic (same values eagerly). :func:`gemm_linears` likewise gives ``nn.Linear`` the form that
+onnxruntime runs as one ``Gemm``.
 """
 from __future__ import annotations
 
@@ -56,3 +57,18 @@ def symbolic_adaptive_pooling(model: nn.Module) -> None:
             if None in size:
                 raise ValueError(f'{m}: output_size None (keep the input size) is not translated here')
             m.forward = functools.partial(pool, size=size)
+
+
+def linear_on_rows(module: nn.Linear, x: Tensor) -> Tensor:
+    """``module(x)`` with the leading dimensions of ``x`` flattened: a 2-D ``F.linear``, which exports as one
+    ``Gemm`` (bias included) where ``(B, N, C)`` tokens export as a ``MatMul`` and a separate bias ``Add``."""
+    out = F.linear(x.reshape(-1, x.shape[-1]), module.weight, module.bias)
+    return out.view(*x.shape[:-1], out.shape[-1])
+
+
+def gemm_linears(model: nn.Module) -> None:
+    """Make every ``nn.Linear`` of ``model`` export as one ``Gemm`` (:func:`linear_on_rows`; the same values):
+    onnxruntime adds the bias of a batched ``MatMul`` in a pass of its own over the output."""
+    for m in model.modules():
+        if type(m) is nn.Linear:
+            m.forward = functools.partial(linear_on_rows, m)
