@@ -16,7 +16,7 @@ from projects.lisa.models.attention.ops import features, neighbourhood, walk
 from projects.lisa.models.attention.ops.features import kernel_features_reference
 from projects.lisa.models.attention.ops.neighbourhood import neighbourhood_attention_reference
 from projects.lisa.models.attention.ops.walk import random_walk_reference
-from projects.lisa.models.backbones import base
+from projects.lisa.models.backbones import grid
 
 pytestmark = pytest.mark.usefixtures('seed_and_one_thread')
 TOLERANCES = {torch.float64: dict(rtol=1e-12, atol=1e-12), torch.float32: dict(rtol=1e-5, atol=1e-5)}
@@ -105,7 +105,7 @@ def test_linears_on_rows_compute_as_the_layers():
 def test_export_formulations_swap_the_traced_functions_for_the_block_only():
     def traced():
         return (neighbourhood.IMPLEMENTATIONS['reference'], walk.IMPLEMENTATIONS['reference'],
-                features.IMPLEMENTATIONS['reference'], layers.resize_grid, base.resize_grid, linear.linear_attention)
+                features.IMPLEMENTATIONS['reference'], layers.resize_grid, grid.resize_grid, linear.linear_attention)
 
     before = traced()
     with shaped.export_formulations():

@@ -230,12 +230,12 @@ def export_formulations() -> Iterator[None]:
     encodings and position tables (the module attributes that their callers look up)."""
     from projects.lisa.models.attention import layers, linear
     from projects.lisa.models.attention.ops import features, neighbourhood, walk
-    from projects.lisa.models.backbones import base
+    from projects.lisa.models.backbones import grid
 
     swaps = [(neighbourhood.IMPLEMENTATIONS, 'reference', neighbourhood_attention_tiled),
              (walk.IMPLEMENTATIONS, 'reference', random_walk_shaped),
              (features.IMPLEMENTATIONS, 'reference', kernel_features_shaped)]
-    swaps += [(vars(module), 'resize_grid', resize_grid_matmul) for module in (layers, base)]
+    swaps += [(vars(module), 'resize_grid', resize_grid_matmul) for module in (layers, grid)]
     swaps.append((vars(linear), 'linear_attention', linear_attention_shaped))
     saved = [(table, name, table[name]) for table, name, _ in swaps]
     try:
