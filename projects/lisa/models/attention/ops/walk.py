@@ -250,7 +250,7 @@ def _blocks(bh: int, n: int, width: int, blocked: bool = True) -> Iterator[tuple
         yield slice(0, bh), slice(0, bh * n)
         return
     if n * width <= BLOCK_ELEMENTS:
-        group = BLOCK_ELEMENTS // (n * width)
+        group = BLOCK_ELEMENTS // max(1, n * width)  # n = 0: one block of every batch-head
         for h0 in range(0, bh, group):
             h1 = min(bh, h0 + group)
             yield slice(h0, h1), slice(h0 * n, h1 * n)
@@ -264,6 +264,13 @@ def _blocks(bh: int, n: int, width: int, blocked: bool = True) -> Iterator[tuple
 def _rows(t: Tensor) -> Tensor:
     """A contiguous ``(..., n, w)`` tensor as its ``(BH n, w)`` tokens (a view)."""
     return t.view(-1, t.shape[-1])
+
+
+def _block(tokens: Tensor, heads: slice, rows: slice) -> Tensor:
+    """The ``(batch-heads, tokens, w)`` view of one :func:`_blocks` block of ``(BH n, w)`` tokens (sizes
+    given: with no tokens a ``-1`` would be ambiguous)."""
+    count = heads.stop - heads.start
+    return tokens[rows].view(count, (rows.stop - rows.start) // count, tokens.shape[-1])
 
 
 def _per_token(weights: Tensor, v: Tensor) -> Tensor:
@@ -308,7 +315,7 @@ def _walk_forward(q: Tensor, k: Tensor, v: Tensor, weights: Tensor, eps: float,
         m_cat = m.transpose(-3, -2).flatten(-2).flatten(0, -3)          # (BH, d, (T-1) dv)
         tokens = [_rows(t) for t in (q_hat, v, _per_token(weights, v), out)]
         for heads, rows in _blocks(m_cat.shape[0], v.shape[-2], m_cat.shape[-1], blocked):
-            qb, vb, wb, ob = (t[rows].view(heads.stop - heads.start, -1, t.shape[-1]) for t in tokens)
+            qb, vb, wb, ob = (_block(t, heads, rows) for t in tokens)
             passes.combine(vb, torch.bmm(qb, m_cat[heads]), wb, ob)
     return out, [*saved, a, m]
 
@@ -334,10 +341,10 @@ def _walk_backward(grad: Tensor, v: Tensor, weights: Tensor, saved: list[Tensor]
         d_m = grad.new_zeros(m_cat.shape[0], q_hat.shape[-1], steps * grad.shape[-1])  # q_hat^T W, (BH, d, (T-1) dv)
         tokens = [_rows(t) for t in (grad, v, q_hat, weights_, d_q_hat, d_w)]
         for heads, rows in _blocks(m_cat.shape[0], v.shape[-2], m_cat.shape[-1], blocked):
-            gb, vb, qb, wb, dqb, dwb = (t[rows].view(heads.stop - heads.start, -1, t.shape[-1]) for t in tokens)
+            gb, vb, qb, wb, dqb, dwb = (_block(t, heads, rows) for t in tokens)
             w_grad = passes.combine_backward(gb, vb, qb, torch.bmm(gb, m_cat[heads]), wb, dqb, dwb)
             d_m[heads].baddbmm_(qb.transpose(-2, -1), w_grad)
-        d_m = d_m.view(*m.shape[:-3], -1, steps, m.shape[-1]).transpose(-3, -2)
+        d_m = d_m.view(*m.shape[:-3], q_hat.shape[-1], steps, m.shape[-1]).transpose(-3, -2)
     d_weights = _sum_to(d_w, weights.shape)
     # M_(t+1) = A M_t
     d_a = torch.zeros_like(a)
