@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from mmengine.config import Config
@@ -82,7 +82,7 @@ class Setting:
     tasks: dict[str, tuple[tuple[tuple[str, int], ...], int]]
     lrs: tuple[float, ...]
     select_runs: int
-    max_images: tuple[int, int] | None = field(default=None)
+    max_images: tuple[int, int] | None = None
 
 
 SETTINGS = {
