@@ -80,6 +80,8 @@ def test_tables_give_each_measured_figure_in_its_column():
     assert figures['box AP eager / onnxruntime'] == '31.5 / 31.5' and figures['mask AP eager / onnxruntime'] == \
         '38.2 / 38.1'
     assert figures['within bounds'] == 'yes' and figures['max score diff'] == '2.5e-06'
+    assert figures['near-ties'] == '0' and dict(zip(*cells(deploy_benchmark.trained_table(
+        [dict(trained[0], near_ties=1)]))))['near-ties'] == '1'
     text = deploy_benchmark.document('python tools/benchmark_deploy.py --threads 1', 'CPU X, 1 thread', trained,
                                      'trained note', [seg, det], 'models note', 125)
     assert text.startswith('# ') and 'Written by `python tools/benchmark_deploy.py --threads 1`' in text
@@ -200,4 +202,4 @@ def test_trained_detector_figures_at_two_scales_within_bounds(tiny_trained, tmp_
         assert r['min_iou'] >= 0.99 and r['max_score_diff'] <= 1e-3 and r['min_mask_iou'] >= 0.98
         assert all(abs(e - o) <= 1e-3 for e, o in r['ap'].values())
     table = doc.read_text().split('## ')[1]
-    assert f"| 1.5× (240×144) | 3 | {rows[1]['eager']} / {rows[1]['onnx']} | 0 |" in table
+    assert f"| 1.5× (240×144) | 3 | {rows[1]['near_ties']} | {rows[1]['eager']} / {rows[1]['onnx']} | 0 |" in table

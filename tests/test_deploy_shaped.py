@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import collections
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from test_export_onnx import OnGrid  # an attention on an image grid, parameters off their init
 
 from projects.lisa import deploy
@@ -90,6 +92,52 @@ def test_linears_on_rows_compute_as_the_layers():
     torch.testing.assert_close(model(x[0, 0]), expected[0, 0], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+@pytest.mark.parametrize('mode', ['bilinear', 'bicubic'])
+@pytest.mark.parametrize('size_in, size_out', [((7, 5), (20, 9)), ((56, 56), (128, 136)), ((14, 14), (14, 14)),
+                                               ((16, 9), (5, 3)), ((7, 7), (1, 2))])
+def test_resize_by_interpolation_matrices_matches_f_interpolate(size_in, size_out, mode, dtype):
+    """Equal to ``F.interpolate`` in float64; in float32 to eager's matrices (read off ``F.interpolate`` in
+    float64), and to ``F.interpolate`` within its own float32 coordinate rounding."""
+    grid_in = torch.randn(*size_in, 6, dtype=dtype)
+    expected = F.interpolate(grid_in.permute(2, 0, 1)[None], size=size_out, mode=mode, align_corners=False)
+    got = shaped.resize_grid_matmul(grid_in, size_out, mode)
+    loose = TOLERANCES[dtype] if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got, expected[0].permute(1, 2, 0), **loose)
+    torch.testing.assert_close(got, layers.resize_grid(grid_in, size_out, mode), **TOLERANCES[dtype])
+
+
+class ResizedTable(torch.nn.Module):
+    """A (7, 9, 4) table resized to the input's grid of 4 x 4 patches."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.table, self.mode = torch.nn.Parameter(torch.randn(7, 9, 4)), mode
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return layers.resize_grid(self.table, (x.shape[2] // 4, x.shape[3] // 4), self.mode)
+
+
+@pytest.mark.parametrize('mode', ['bilinear', 'bicubic'])
+def test_exported_resize_follows_the_input_size(mode, tmp_path):
+    """Exported at one size, the graph's interpolation matrices follow the (symbolic) size: up, down and
+    to one row, as eager's."""
+    ort = pytest.importorskip('onnxruntime')
+    module = ResizedTable(mode)
+    dims = {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}
+    with torch.no_grad(), shaped.export_formulations():
+        program = torch.onnx.export(module, (torch.randn(1, 1, 32, 48), ), dynamo=True, dynamic_shapes=(dims, ))
+    program.save(tmp_path / 'resize.onnx')
+    session = ort.InferenceSession(str(tmp_path / 'resize.onnx'))
+    assert 'Resize' not in {node.op_type for node in program.model_proto.graph.node}
+    for hw in ((32, 48), (64, 20), (4, 100), (16, 16)):
+        x = torch.randn(1, 1, *hw)
+        with torch.no_grad():
+            expected = module(x).numpy()
+        np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], expected,
+                                   rtol=1e-5, atol=1e-5)
+
+
 def test_export_formulations_swap_the_traced_functions_for_the_block_only():
     def traced():
         return (neighbourhood.IMPLEMENTATIONS['reference'], walk.IMPLEMENTATIONS['reference'],
@@ -98,7 +146,7 @@ def test_export_formulations_swap_the_traced_functions_for_the_block_only():
     before = traced()
     with shaped.export_formulations():
         assert traced() == (shaped.neighbourhood_attention_tiled, shaped.random_walk_shaped,
-                            shaped.kernel_features_shaped, before[3], before[4],
+                            shaped.kernel_features_shaped, shaped.resize_grid_matmul, shaped.resize_grid_matmul,
                             shaped.linear_attention_shaped)
     assert traced() == before
     with pytest.raises(RuntimeError), shaped.export_formulations():
@@ -114,7 +162,6 @@ def test_exported_layer_has_no_shifted_copies_or_resize_and_matches_eager_at_two
     model = OnGrid(cfg)
     deploy.export(model, (6, 9), tmp_path / 'layer.onnx', opset=18)
     ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / 'layer.onnx')).graph.node)
-    # one Resize: the position table's bicubic resizing, left to F.interpolate (shaped.export_formulations)
-    assert ops['Resize'] == 1 and ops['ReduceMean'] == 0 and ops['Slice'] < 20, ops
+    assert ops['Resize'] == 0 and ops['ReduceMean'] == 0 and ops['Slice'] < 20, ops
     errors = deploy.relative_errors(model, tmp_path / 'layer.onnx', [(6, 9), (11, 5)])
     assert max(e for _, _, e in errors) < 1e-5, errors

@@ -232,13 +232,14 @@ def verdict(failures: Sequence[str]) -> str:
 
 def trained_table(rows: Sequence[dict]) -> str:
     """The item-1 comparison of :func:`measure_trained`, a row per test scale."""
-    lines = ['| test scale (Resize w×h) | images | detections eager / onnxruntime | images with other counts '
-             '| min box IoU | max score diff | min mask IoU | box AP eager / onnxruntime '
+    lines = ['| test scale (Resize w×h) | images | near-ties | detections eager / onnxruntime '
+             '| images with other counts | min box IoU | max score diff | min mask IoU | box AP eager / onnxruntime '
              '| mask AP eager / onnxruntime | within bounds |',
-             '|---|---|---|---|---|---|---|---|---|---|']
+             '|---|---|---|---|---|---|---|---|---|---|---|']
     for r in rows:
         (box_e, box_o), (mask_e, mask_o) = r['ap']['bbox'], r['ap']['segm']
-        lines.append(f"| {r['scale']:g}× ({r['resize'][0]}×{r['resize'][1]}) | {r['images']} | {r['eager']} / "
+        lines.append(f"| {r['scale']:g}× ({r['resize'][0]}×{r['resize'][1]}) | {r['images']} | "
+                     f"{r.get('near_ties', 0)} | {r['eager']} / "
                      f"{r['onnx']} | {r['count_mismatches']} | {r['min_iou']:.4f} | {r['max_score_diff']:.1e} | "
                      f"{r['min_mask_iou']:.4f} | {100 * box_e:.1f} / {100 * box_o:.1f} | "
                      f"{100 * mask_e:.1f} / {100 * mask_o:.1f} | {verdict(r['failures'])} |")
@@ -267,12 +268,13 @@ def detector_table(rows: Sequence[dict]) -> str:
         return ''
     h, w = rows[0]['size']
     lines = [f'| model | export s | file MB | {LATENCY_HEADER.format(h=h, w=w)} | K eager / onnxruntime | images '
-             '| detections eager / onnxruntime | min box IoU | max score diff | min mask IoU | within bounds |',
-             '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+             '| near-ties | detections eager / onnxruntime | min box IoU | max score diff | min mask IoU '
+             '| within bounds |',
+             '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
     for r in rows:
         a = r['agreement']
         lines.append(f"| {r['model']} | {r['export_s']:.0f} | {r['file_mb']:.1f} | {latency_cells(r)} | "
-                     f"{r['k'][0]} / {r['k'][1]} | {a['images']} | "
+                     f"{r['k'][0]} / {r['k'][1]} | {a['images']} | {a.get('near_ties', 0)} | "
                      f"{a['eager']} / {a['onnx']} | {a['min_iou']:.4f} | {a['max_score_diff']:.1e} | "
                      f"{a['min_mask_iou']:.4f} | {verdict(a['failures'])} |")
     return '\n'.join(lines)

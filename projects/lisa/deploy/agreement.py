@@ -10,13 +10,22 @@ when, on every image,
 * every matched pair has box IoU >= 0.99, scores within 1e-3 and pasted-mask IoU >= 0.98;
 
 and mmdet's ``CocoMetric`` box and mask mAP of the two (:func:`average_precision`) are within
-0.1 AP points (1e-3 of mAP in [0, 1]). :data:`THRESHOLDS` holds these bounds and
+0.1 AP points (1e-3 of mAP in [0, 1]).
+
+Near-ties. float32 rounding differs between eager and onnxruntime (other summation orders): the
+backbones' outputs differ by ~1e-5 relative. Where an image's detections are decided by a near-tie
+(two proposals at NMS's IoU threshold, scores equal to the top-k cut), a change of that size flips
+a discrete choice, and eager itself gives other detections under it. Such an image is compared
+with eager's test under :data:`TIE_DRAWS` perturbations of that size (:func:`perturbed_tests`):
+the graph agrees when it gives one of eager's outcomes. The image is counted as a near-tie
+(``near_ties`` in :func:`summary`), and a comparison where more than half of the images are
+near-ties fails (it would hold little). :data:`THRESHOLDS` holds these bounds and
 :func:`failures` names each one broken. :func:`make_confident` is what makes a detector with
 random weights detect something, so that a comparison of it holds detections.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +35,10 @@ from .detector import MaskRCNNDetections, paste_detections
 
 #: The bounds of an agreement: box IoU, score difference, mask IoU of matched detections; AP difference.
 THRESHOLDS = dict(min_iou=0.99, max_score_diff=1e-3, min_mask_iou=0.98, max_ap_diff=1e-3)
+#: Perturbations of :func:`perturbed_tests`: draws, and their standard deviation relative to the RMS of
+#: each backbone output (the eager-onnxruntime difference of the LiSA-PVT-T backbone is 1e-5 to 3e-5
+#: absolute on outputs of RMS ~1).
+TIE_DRAWS, TIE_NOISE = 8, 1e-5
 
 
 def detection_loader(config: str | Path, data_root: str | Path | None = None, scale: float = 1.0,
@@ -97,18 +110,53 @@ def both_detections(wrapped: MaskRCNNDetections, session, loader) -> list[tuple]
         outs = session.run(None, {'input': data['inputs'].numpy(), 'img_shape': np.array(meta['img_shape'])})
         onnx = paste_detections(*map(torch.from_numpy, outs), meta['scale_factor'], meta['ori_shape'],
                                 model.test_cfg.rcnn.mask_thr_binary)
-        pairs.append((eager, onnx, batch))
+        pairs.append((reference(model, batch, eager, onnx), onnx, batch))
     return pairs
+
+
+def perturbed_tests(model, batch, draws: int = TIE_DRAWS, noise: float = TIE_NOISE) -> Iterator:
+    """mmdet's test of ``batch``, ``draws`` times, each backbone output ``x`` plus Gaussian noise of
+    standard deviation ``noise * rms(x)`` (seeded by the draw): the detections that float32 rounding
+    of the size seen between eager and onnxruntime may give as well. Each is marked ``near_tie=True``
+    in its metainfo."""
+    generator = torch.Generator()
+
+    def perturb(module, inputs, outputs):
+        return type(outputs)(x + torch.randn(x.shape, generator=generator) * noise * x.pow(2).mean().sqrt()
+                             for x in outputs)
+
+    for draw in range(draws):
+        generator.manual_seed(draw)
+        handle = model.backbone.register_forward_hook(perturb)
+        try:
+            with torch.no_grad():
+                sample = model.test_step(batch)[0]
+        finally:
+            handle.remove()
+        sample.set_metainfo(dict(near_tie=True))
+        yield sample
+
+
+def reference(model, batch, eager, onnx: dict):
+    """The eager test that the graph's detections ``onnx`` are held to: ``eager`` where they agree
+    with it (:func:`agreement`, :func:`failures`), else the first of eager's :func:`perturbed_tests`
+    that they agree with (a near-tie), else ``eager``."""
+    def holds(sample) -> bool:
+        return not failures(dict(summary([agreement(sample, onnx)]), near_ties=0))
+
+    return eager if holds(eager) else next((p for p in perturbed_tests(model, batch) if holds(p)), eager)
 
 
 def agreement(eager, onnx: dict) -> dict:
     """Counts ``(eager, onnx)``, then over detections matched one to one (same label, greedily by
     IoU in eager's score order): the smallest box IoU, largest score difference and smallest mask
-    IoU (1, 0, 1 when nothing is matched: with different counts nothing is)."""
+    IoU (1, 0, 1 when nothing is matched: with different counts nothing is); ``near_tie``: whether
+    ``eager`` is one of :func:`perturbed_tests`."""
     from mmdet.structures.bbox import bbox_overlaps
 
     ref = eager.pred_instances
-    result = dict(count=(len(ref), len(onnx['bboxes'])), min_iou=1.0, max_score_diff=0.0, min_mask_iou=1.0)
+    result = dict(count=(len(ref), len(onnx['bboxes'])), min_iou=1.0, max_score_diff=0.0, min_mask_iou=1.0,
+                  near_tie=bool(eager.metainfo.get('near_tie', False)))
     if not len(ref) or len(ref) != len(onnx['bboxes']):
         return result
     iou = bbox_overlaps(ref.bboxes, onnx['bboxes']) * (ref.labels[:, None] == onnx['labels'][None])
@@ -129,6 +177,7 @@ def summary(found: Sequence[dict]) -> dict:
     each side, images whose counts differ, and the extremes over all matched detections."""
     return dict(images=len(found), eager=sum(a['count'][0] for a in found), onnx=sum(a['count'][1] for a in found),
                 count_mismatches=sum(a['count'][0] != a['count'][1] for a in found),
+                near_ties=sum(a.get('near_tie', False) for a in found),
                 min_iou=min((a['min_iou'] for a in found), default=1.0),
                 max_score_diff=max((a['max_score_diff'] for a in found), default=0.0),
                 min_mask_iou=min((a['min_mask_iou'] for a in found), default=1.0))
@@ -145,6 +194,9 @@ def failures(total: dict, ap: dict[str, tuple[float, float]] | None = None) -> l
                      f"(eager {total['eager']}, onnxruntime {total['onnx']} in all)")
     if not total['eager']:
         found.append('no detection: the comparison holds nothing')
+    if 2 * total.get('near_ties', 0) > total['images']:
+        found.append(f"{total['near_ties']} of {total['images']} images held to eager's perturbed tests (near-ties): "
+                     'more than half')
     if total['min_iou'] < bounds['min_iou']:
         found.append(f"box IoU {total['min_iou']:.4f} < {bounds['min_iou']}")
     if total['max_score_diff'] > bounds['max_score_diff']:
@@ -191,4 +243,4 @@ def compare(wrapped: MaskRCNNDetections, session, loader, ap: bool = True) -> di
 
 
 __all__ = ['THRESHOLDS', 'agreement', 'average_precision', 'both_detections', 'compare', 'detection_loader',
-           'drawn_classes', 'failures', 'make_confident', 'resize_scale', 'summary']
+           'drawn_classes', 'failures', 'make_confident', 'perturbed_tests', 'reference', 'resize_scale', 'summary']

@@ -24,7 +24,9 @@ Here each is written as a few large ops, the contractions as ``MatMul``:
   of ``k^2`` shifted copies (no padding, no transposes: the query tiles and the output are gathers too);
 * :func:`random_walk_shaped`: the mean as a ``MatMul``, ``K``'s scale folded into the ``d x d`` products;
 * :func:`kernel_features_shaped`: FLatten's focusing without subnormal squares in its norm (:func:`focus_shaped`);
-* :func:`linear_attention_shaped`: FLatten's linear attention with its token sums as ``MatMul``.
+* :func:`linear_attention_shaped`: FLatten's linear attention with its token sums as ``MatMul``;
+* :func:`resize_grid_matmul`: the resizing as ``A_y G A_x^T``, the interpolation matrices built in the graph
+  from the (symbolic) output size.
 
 :func:`export_formulations` swaps them in while :func:`.onnx.export` traces. Each is held to its
 reference by ``tests/test_deploy_shaped.py`` in float64 and float32 at two sizes or more.
@@ -178,21 +180,63 @@ def kernel_features_shaped(qkv: Tensor, pos: Tensor | None, s: Tensor, heads: in
     return tuple(t.unflatten(-1, (heads, -1)).transpose(1, 2) for t in (q, k, v))  # (B, N, h d) -> (B, h, N, d)
 
 
+def cubic_weights(t: Tensor, a: float = -0.75) -> list[Tensor]:
+    """The weights of the four taps ``floor(x) - 1 .. floor(x) + 2`` of bicubic convolution at fractional
+    offset ``t`` (Keys' kernel with ``a = -0.75``, as ``F.interpolate(mode='bicubic')``)."""
+    def near(x: Tensor) -> Tensor:  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x: Tensor) -> Tensor:   # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def interpolation_matrix(size_in: int, size_out, mode: str, like: Tensor) -> Tensor:
+    """``(size_out, size_in)`` matrix of 1-D ``F.interpolate(mode=mode, align_corners=False)`` (half-pixel
+    centres, taps clamped to the border), built from ``arange(size_out)`` so that ``size_out`` may be
+    symbolic (:func:`projects.lisa.models.attention.layers.interpolation_matrix` reads it off
+    ``F.interpolate`` at a fixed size). ``mode``: ``'bilinear'`` or ``'bicubic'``."""
+    dtype = torch.float64  # the coordinates and weights as eager's matrices (read off F.interpolate in float64)
+    src = (torch.arange(size_out, device=like.device, dtype=dtype) + 0.5) * (size_in / size_out) - 0.5
+    if mode == 'bilinear':
+        src = src.clamp_min(0)
+        taps, weights = 0, [1 - (src - src.floor()), src - src.floor()]
+    elif mode == 'bicubic':
+        taps, weights = -1, cubic_weights(src - src.floor())
+    else:
+        raise ValueError(f'mode={mode!r} is not bilinear or bicubic')
+    first = src.floor().long() + taps
+    columns = torch.arange(size_in, device=like.device)
+    matrix = sum(wt[:, None] * ((first + i).clamp(0, size_in - 1)[:, None] == columns).to(dtype)
+                 for i, wt in enumerate(weights))
+    return matrix.to(like.dtype)
+
+
+def resize_grid_matmul(grid: Tensor, size: Sequence[int], mode: str) -> Tensor:
+    """:func:`projects.lisa.models.attention.layers.resize_grid` as two matrix products
+    ``A_y G A_x^T`` (:func:`interpolation_matrix`), with ``size`` symbolic or not."""
+    h, w, c = grid.shape
+    out_h, out_w = size
+    rows = (interpolation_matrix(h, out_h, mode, grid) @ grid.reshape(h, w * c)).view(out_h, w, c)
+    return interpolation_matrix(w, out_w, mode, grid) @ rows
+
+
 @contextlib.contextmanager
 def export_formulations() -> Iterator[None]:
     """Trace the formulations of this module in place of the references, for the duration of the block:
     the ``'reference'`` entries (the backend that ``torch.export`` runs) of the neighbourhood attention, the
-    walk and the kernel features, and FLatten's linear attention (the module attributes that their callers
-    look up)."""
-    from projects.lisa.models.attention import linear
+    walk and the kernel features, FLatten's linear attention and the grid resizing of the positional encodings
+    and position tables (the module attributes that their callers look up)."""
+    from projects.lisa.models.attention import layers, linear
     from projects.lisa.models.attention.ops import features, neighbourhood, walk
+    from projects.lisa.models.backbones import grid
 
     swaps = [(neighbourhood.IMPLEMENTATIONS, 'reference', neighbourhood_attention_tiled),
              (walk.IMPLEMENTATIONS, 'reference', random_walk_shaped),
              (features.IMPLEMENTATIONS, 'reference', kernel_features_shaped)]
-    # Grid resizing stays F.interpolate (onnxruntime's Resize): its export as interpolation MatMuls (commit
-    # 24d6829) drifted from eager in the LiSA-PVT-T Mask R-CNN at 128 px (box IoU 0.61, test_export_detector).
     swaps.append((vars(linear), 'linear_attention', linear_attention_shaped))
+    swaps += [(vars(module), 'resize_grid', resize_grid_matmul) for module in (layers, grid)]
     saved = [(table, name, table[name]) for table, name, _ in swaps]
     try:
         for table, name, new in swaps:
