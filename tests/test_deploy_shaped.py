@@ -138,16 +138,45 @@ def test_exported_resize_follows_the_input_size(mode, tmp_path):
                                    rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize('approximate', ['none', 'tanh'])
+def test_fusable_gelu_is_nn_gelu(approximate):
+    x = torch.randn(300, 7, dtype=torch.float64) * 4
+    module = torch.nn.GELU(approximate)
+    torch.testing.assert_close(shaped.gelu_fusable(module, x), module(x), rtol=1e-12, atol=1e-12)
+
+
+def test_exported_gelu_is_fused_by_onnxruntime(tmp_path):
+    """Traced under the formulations, an MLP's GELU is one ``Gelu`` kernel once onnxruntime has loaded the file
+    (which holds standard ops only), and equals eager."""
+    ort = pytest.importorskip('onnxruntime')
+    onnx = pytest.importorskip('onnx')
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+    x = torch.randn(50, 8)
+    with torch.no_grad(), shaped.export_formulations():
+        torch.onnx.export(mlp, (x, ), dynamo=True).save(tmp_path / 'mlp.onnx')
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / 'loaded.onnx')
+    session = ort.InferenceSession(str(tmp_path / 'mlp.onnx'), options, providers=['CPUExecutionProvider'])
+    domains = {node.domain for node in onnx.load(str(tmp_path / 'mlp.onnx')).graph.node}
+    assert domains <= {'', 'ai.onnx'}, domains
+    assert 'Gelu' in [node.op_type for node in onnx.load(str(tmp_path / 'loaded.onnx')).graph.node]
+    with torch.no_grad():
+        expected = mlp(x).numpy()
+    np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], expected,
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_export_formulations_swap_the_traced_functions_for_the_block_only():
     def traced():
         return (neighbourhood.IMPLEMENTATIONS['reference'], walk.IMPLEMENTATIONS['reference'],
-                features.IMPLEMENTATIONS['reference'], layers.resize_grid, grid.resize_grid, linear.linear_attention)
+                features.IMPLEMENTATIONS['reference'], layers.resize_grid, grid.resize_grid, linear.linear_attention,
+                torch.nn.GELU.forward)
 
     before = traced()
     with shaped.export_formulations():
         assert traced() == (shaped.neighbourhood_attention_tiled, shaped.random_walk_shaped,
                             shaped.kernel_features_shaped, shaped.resize_grid_matmul, shaped.resize_grid_matmul,
-                            shaped.linear_attention_shaped)
+                            shaped.linear_attention_shaped, shaped.gelu_fusable)
     assert traced() == before
     with pytest.raises(RuntimeError), shaped.export_formulations():
         raise RuntimeError
