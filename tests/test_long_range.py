@@ -430,3 +430,13 @@ def test_scoring_keeps_the_tasks_hops_and_weighs_balanced_tasks_classes_equally(
     assert report.per_run(sweep.scored(pointer)) == {0: 30.0}  # the 2-hop queries only
     with pytest.raises(ValueError, match="row of run 0 has no 'label'"):
         sweep.scored([{k: v for k, v in pathfinder[0].items() if k != 'label'}])
+
+
+def test_document_leaves_out_a_task_whose_lr_choice_is_under_way(tmp_path):
+    """A task with development rows only (its lr choice under way, no test run yet) has no section: an empty
+    table would read as a task that was run and gave nothing."""
+    done = rows('lisa', {1000: (99, 99), 1001: (98, 98)}) + rows('softmax', {1000: (90, 90), 1001: (80, 80)})
+    started = rows('softmax', {900: (100, 100)}, task='lookup-hops1', phase='select', lr=1e-3, hops=1)
+    sweep.write_document(done + started, tmp_path / 'doc.md', '')
+    text = (tmp_path / 'doc.md').read_text()
+    assert '## lookup-hops2' in text and 'lookup-hops1' not in text

@@ -247,9 +247,11 @@ def execute(items: list[dict], rows: list[dict], rows_path: Path, setting: Setti
 
 
 def write_document(rows: list[dict], path: Path, note: str) -> None:
-    """``path`` (markdown) and its plot from the stored rows, each task scored on its :attr:`Task.scored_hops`."""
+    """``path`` (markdown) and its plot from the stored rows, each task scored on its :attr:`Task.scored_hops`;
+    a task without test runs yet (its lr choice under way) is left out."""
     rows = scored(rows)
-    tasks = {t: [r for r in rows if r['task'] == t] for t in TASKS if any(r['task'] == t for r in rows)}
+    tasks = {t: [r for r in rows if r['task'] == t] for t in TASKS
+             if any(r['task'] == t and r['phase'] == 'test' for r in rows)}
     window = Config.fromfile(ROOT / ATTENTION_CONFIG.format('window'))
     ceiling = report.window_ceiling(window.img_size // window.model.backbone.patch_size,
                                     window.model.backbone.attn_cfgs.window_size, 50.0)
