@@ -239,7 +239,7 @@ def trained_table(rows: Sequence[dict]) -> str:
     for r in rows:
         (box_e, box_o), (mask_e, mask_o) = r['ap']['bbox'], r['ap']['segm']
         lines.append(f"| {r['scale']:g}× ({r['resize'][0]}×{r['resize'][1]}) | {r['images']} | "
-                     f"{r.get('near_ties', 0)} | {r['eager']} / "
+                     f"{r['near_ties']} | {r['eager']} / "
                      f"{r['onnx']} | {r['count_mismatches']} | {r['min_iou']:.4f} | {r['max_score_diff']:.1e} | "
                      f"{r['min_mask_iou']:.4f} | {100 * box_e:.1f} / {100 * box_o:.1f} | "
                      f"{100 * mask_e:.1f} / {100 * mask_o:.1f} | {verdict(r['failures'])} |")
@@ -274,7 +274,7 @@ def detector_table(rows: Sequence[dict]) -> str:
     for r in rows:
         a = r['agreement']
         lines.append(f"| {r['model']} | {r['export_s']:.0f} | {r['file_mb']:.1f} | {latency_cells(r)} | "
-                     f"{r['k'][0]} / {r['k'][1]} | {a['images']} | {a.get('near_ties', 0)} | "
+                     f"{r['k'][0]} / {r['k'][1]} | {a['images']} | {a['near_ties']} | "
                      f"{a['eager']} / {a['onnx']} | {a['min_iou']:.4f} | {a['max_score_diff']:.1e} | "
                      f"{a['min_mask_iou']:.4f} | {verdict(a['failures'])} |")
     return '\n'.join(lines)

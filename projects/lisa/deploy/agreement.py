@@ -177,7 +177,7 @@ def summary(found: Sequence[dict]) -> dict:
     each side, images whose counts differ, and the extremes over all matched detections."""
     return dict(images=len(found), eager=sum(a['count'][0] for a in found), onnx=sum(a['count'][1] for a in found),
                 count_mismatches=sum(a['count'][0] != a['count'][1] for a in found),
-                near_ties=sum(a.get('near_tie', False) for a in found),
+                near_ties=sum(a['near_tie'] for a in found),
                 min_iou=min((a['min_iou'] for a in found), default=1.0),
                 max_score_diff=max((a['max_score_diff'] for a in found), default=0.0),
                 min_mask_iou=min((a['min_mask_iou'] for a in found), default=1.0))
@@ -194,7 +194,7 @@ def failures(total: dict, ap: dict[str, tuple[float, float]] | None = None) -> l
                      f"(eager {total['eager']}, onnxruntime {total['onnx']} in all)")
     if not total['eager']:
         found.append('no detection: the comparison holds nothing')
-    if 2 * total.get('near_ties', 0) > total['images']:
+    if 2 * total['near_ties'] > total['images']:
         found.append(f"{total['near_ties']} of {total['images']} images held to eager's perturbed tests (near-ties): "
                      'more than half')
     if total['min_iou'] < bounds['min_iou']:
