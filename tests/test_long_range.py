@@ -241,6 +241,23 @@ def test_only_the_chosen_lr_is_reported_and_runs_at_two_lrs_are_never_summed():
     assert [report.per_run(rs) for rs in groups.values()] == [{0: 70.0, 1: 72.0}, {0: 96.0, 1: 98.0}]
 
 
+def test_local_controls_choose_their_lr_on_the_nearest_bin_the_only_one_they_reach():
+    # over all pixels a local-only model is at chance whatever its lr (here 2e-3 is ahead by noise);
+    # the nearest bin tells a model that learnt what its reach allows (1e-3) from one that did not
+    select = (rows('lisa-local', {900: (98, 50), 901: (96, 52)}, phase='select', lr=1e-3, hops=1)
+              + rows('lisa-local', {900: (60, 58), 901: (54, 60)}, phase='select', lr=2e-3, hops=1))
+    best, means = report.chosen_lr(select)
+    assert best == 1e-3 and means[1e-3].mean == 97.0 and means[2e-3].mean == 57.0
+    assert report.chosen_lrs(select) == {('lookup-hops2', 'lisa-local', 1): 1e-3}
+    text = '\n'.join(report.task_section('lookup-hops1', select + rows('lisa-local', {0: (97, 50)}, lr=1e-3, hops=1),
+                                         50.0, ceiling=93.3))
+    assert '| LiSA local-only | 0.001: 97.0, 0.002: 57.0 | 0.001 |' in text and 'nearest bin' in text
+    # a global attention still chooses on every pixel
+    soft = (rows('softmax', {900: (98, 50)}, phase='select', lr=1e-3, hops=1)
+            + rows('softmax', {900: (60, 100)}, phase='select', lr=2e-3, hops=1))
+    assert report.chosen_lr(soft)[0] == 2e-3
+
+
 def test_window_control_compares_the_nearest_bin_with_the_window_border_ceiling():
     # 16 tokens, windows of 7 from the top left: of the 15 neighbour pairs along a row, (6, 7) and
     # (13, 14) straddle a border; there the model is at chance: 13/15 + 2/15 * 1/2 = 93.3 %

@@ -92,13 +92,22 @@ def variants(rows: Iterable[dict]) -> dict[Variant, list[dict]]:
     return dict(sorted(out.items(), key=lambda item: item[0].sort_key()))
 
 
+def nearest_bin(rows: Sequence[dict]) -> Keep:
+    """A filter keeping the rows of the smallest distance bin among ``rows``."""
+    bin_ = min((r['lo'], r['hi']) for r in rows)
+    return lambda r: (r['lo'], r['hi']) == bin_
+
+
 def chosen_lr(select_rows: Sequence[dict]) -> tuple[float, dict[float, Interval]]:
     """The learning rate whose development runs reach the highest mean accuracy (the smallest of
-    equals), and every candidate's mean."""
+    equals), and every candidate's mean. A local-only attention (:data:`LOCAL`) is scored on the
+    nearest distance bin: the only one its reach covers (elsewhere it is at chance whatever the lr,
+    so a choice over all pixels would follow noise)."""
     by_lr: dict[float, list[dict]] = {}
     for r in select_rows:
         by_lr.setdefault(r['lr'], []).append(r)
-    means = {lr: mean_interval(list(per_run(rows).values())) for lr, rows in by_lr.items()}
+    keep = nearest_bin(select_rows) if select_rows and select_rows[0]['attention'] in LOCAL else everything
+    means = {lr: mean_interval(list(per_run(rows, keep).values())) for lr, rows in by_lr.items()}
     best = max(sorted(means), key=lambda lr: means[lr].mean)
     return best, means
 
@@ -177,10 +186,8 @@ def controls(rows: Sequence[dict], chance: float, ceiling: float) -> list[str]:
     test = [r for r in reported(rows) if r['hops'] == 1 and r['layers'] == 1]
     if not test:
         return []
+    near = nearest_bin(test)
     near_bin = min((r['lo'], r['hi']) for r in test)
-
-    def near(r: dict) -> bool:
-        return (r['lo'], r['hi']) == near_bin
 
     def mean(attention: str, keep: Keep) -> float:
         values = per_run([r for r in test if r['attention'] == attention], keep)
@@ -231,7 +238,9 @@ def task_section(task: str, rows: Sequence[dict], chance: float, ceiling: float 
     selection = [r for r in rows if r['phase'] == 'select']
     if selection:
         out += ['', 'Learning rate, chosen on development draws (their held-out images; runs '
-                f"{', '.join(map(str, sorted({r['run'] for r in selection})))}), mean accuracy % per candidate:", '',
+                f"{', '.join(map(str, sorted({r['run'] for r in selection})))}), mean accuracy % per candidate"
+                + (' (local-only attentions: on the nearest bin, the only one they reach)'
+                   if any(r['attention'] in LOCAL for r in selection) else '') + ':', '',
                 '| attention | candidates | chosen |', '|---|---|---|']
         groups: dict[Variant, list[dict]] = {}
         for v, rs in variants(selection).items():  # one row per attention and depth, over its lrs
