@@ -106,6 +106,41 @@ def test_profile_table_sums_time_and_nodes_by_op_type_side_by_side():
     assert "### Where onnxruntime's time goes\n\nprofile note\n\n| op type |" in text
 
 
+def test_profile_table_puts_the_reference_trace_before_the_shaped_export():
+    lisa = dict(model='S-FPN LiSA-PVT-T', task='segmentation',
+                profile_reference=dict(ms={'Slice': 300.0, 'MatMul': 100.0}, nodes={'Slice': 216, 'MatMul': 40}),
+                profile=dict(ms={'MatMul': 140.0, 'Gather': 60.0}, nodes={'MatMul': 60, 'Gather': 30}))
+    rows = cells(deploy_benchmark.profile_table([lisa], top=3))
+    assert rows[0] == ['op type', 'S-FPN LiSA-PVT-T, reference ops traced ms (share)', 'nodes',
+                       'S-FPN LiSA-PVT-T ms (share)', 'nodes']
+    assert rows[1] == ['Slice', '300 (75%)', '216', '0 (0%)', '0']
+    assert rows[-1] == ['**all nodes**', '400 (100%)', '256', '200 (100%)', '90']
+
+
+def test_measure_model_profiles_the_reference_trace_beside_the_shaped_file(tmp_path, monkeypatch):
+    """With ``profile``, the model is exported twice: as the tool ships it and with the references traced as
+    they are (``shaped=False``), the "before" of the profile table; the second file is removed."""
+    exported = []
+
+    def fake_export(wrapped, shape, path, opset, metadata=None, shaped=True):
+        exported.append((path.name, shaped))
+        path.write_bytes(b'x')
+
+    monkeypatch.setattr('projects.lisa.deploy.export', fake_export)
+    monkeypatch.setattr('projects.lisa.deploy.onnx.ort_session', lambda path, threads=None: None)
+    monkeypatch.setattr(deploy_benchmark, 'latency', lambda *a: {s: dict(cpu=1.0, wall=1.0)
+                                                                 for s in deploy_benchmark.SIDES})
+    monkeypatch.setattr(deploy_benchmark, 'op_profile', lambda path, inputs, threads: dict(ms={path.name: 1.0},
+                                                                                           nodes={}))
+    monkeypatch.setattr('projects.lisa.deploy.relative_errors', lambda *a, **k: [], raising=False)
+    configs = Path(__file__).parents[1] / 'configs'
+    row = deploy_benchmark.measure_model('S-FPN PVT-T', configs, tmp_path, 1, (64, 64), (64, 64), tmp_path, 1, 0, 1,
+                                         1.0, profile=True)
+    assert [shaped for _, shaped in exported] == [True, False]
+    assert row['profile']['ms'] == {exported[0][0]: 1.0} and row['profile_reference']['ms'] == {exported[1][0]: 1.0}
+    assert not (tmp_path / exported[1][0]).exists()
+
+
 def test_op_profile_times_each_op_type_of_a_file(tmp_path):
     pytest.importorskip('onnxruntime')
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()

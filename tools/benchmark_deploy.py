@@ -169,7 +169,10 @@ def main(argv=None) -> int:
     profile_note = ("onnxruntime's per-node profile (`SessionOptions.enable_profiling`) of the timed input, "
                     f'{args.threads} thread{"s" * (args.threads > 1)}, mean of 3 runs after one warm-up: kernel time '
                     'summed by op type (ms per run, share of all nodes) and the nodes of that type in the file; '
-                    'fused op types (`FusedMatMul`, `Gemm`, NCHWc `Reorder*`) are made by onnxruntime at load time.')
+                    'fused op types (`FusedMatMul`, `Gemm`, NCHWc `Reorder*`) are made by onnxruntime at load time. '
+                    '*Reference ops traced*: the same model exported with its operators\' plain references as they '
+                    'are (`export(..., shaped=False)`), the graph before `projects/lisa/deploy/shaped.py`; the file '
+                    'the tool ships is the other column.')
     text = document(command, setting, trained, trained_note, models, models_note, wall_s, profile_note)
     failures = [f'trained {r["scale"]:g}×: {f}' for r in trained for f in r['failures']]
     failures += [f'{r["model"]}: {f}' for r in models for f in r.get('agreement', {}).get('failures', [])]

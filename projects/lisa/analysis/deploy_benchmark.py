@@ -52,12 +52,13 @@ def padded(shape: Sequence[int], divisor: int = 32) -> tuple[int, int]:
     return tuple(math.ceil(s / divisor) * divisor for s in shape)
 
 
-def timed_export(wrapped, shape: Sequence[int], path: Path, opset: int, metadata: dict | None = None) -> float:
+def timed_export(wrapped, shape: Sequence[int], path: Path, opset: int, metadata: dict | None = None,
+                 shaped: bool = True) -> float:
     """Seconds :func:`projects.lisa.deploy.export` took to write ``path`` at ``shape``."""
     from projects.lisa.deploy import export
 
     start = time.perf_counter()
-    export(wrapped, tuple(shape), path, opset, metadata=metadata)
+    export(wrapped, tuple(shape), path, opset, metadata=metadata, shaped=shaped)
     return time.perf_counter() - start
 
 
@@ -124,7 +125,9 @@ def measure_model(name: str, configs: Path, work: Path, threads: int, seg_size: 
                   budget_s: float, opset: int = 18, seed: int = 0, keep: bool = False, profile: bool = False) -> dict:
     """The row of one model of :data:`MODELS` (module docstring), its config under ``configs``,
     its ONNX file under ``work`` (removed afterwards unless ``keep``); with ``profile`` also
-    onnxruntime's time by op type (:func:`op_profile`)."""
+    onnxruntime's time by op type (:func:`op_profile`), of that file and of the export with the references
+    traced as they are (``profile_reference``: the graph before :func:`projects.lisa.deploy.shaped
+    .export_formulations`)."""
     from projects.lisa.deploy import MaskRCNNDetections, agreement, build_model, relative_errors
     from projects.lisa.deploy.onnx import ort_session
 
@@ -152,6 +155,10 @@ def measure_model(name: str, configs: Path, work: Path, threads: int, seg_size: 
     row.update(timing_row(latency(wrapped, session, inputs, warmup, repeats, budget_s)))
     if profile:
         row['profile'] = op_profile(path, inputs, threads)
+        before = work / f'{key(name)}-reference-ops.onnx'
+        timed_export(wrapped, shape, before, opset, shaped=False)
+        row['profile_reference'] = op_profile(before, inputs, threads)
+        before.unlink()
     if detector:
         with torch.no_grad():
             eager_k = len(wrapped(*inputs)[0])
@@ -281,22 +288,23 @@ def detector_table(rows: Sequence[dict]) -> str:
 
 
 def profile_table(rows: Sequence[dict], top: int = 14) -> str:
-    """onnxruntime's time by op type (:func:`op_profile`) of the rows that have it, side by side: ms per run
-    (share of the nodes' total) and the file's nodes of that type, the ``top`` op types by time, the rest
-    summed."""
-    rows = [r for r in rows if 'profile' in r]
-    if not rows:
+    """onnxruntime's time by op type (:func:`op_profile`) of the rows that have it, side by side (a row's
+    reference-ops export first where it has one: before and after the shaping): ms per run (share of the
+    nodes' total) and the file's nodes of that type, the ``top`` op types by time, the rest summed."""
+    columns = [(f"{r['model']}{label}", r[field]) for r in rows
+               for field, label in (('profile_reference', ', reference ops traced'), ('profile', '')) if field in r]
+    if not columns:
         return ''
-    totals = [sum(r['profile']['ms'].values()) for r in rows]
-    ops = sorted({op for r in rows for op in (*r['profile']['ms'], *r['profile']['nodes'])},
-                 key=lambda op: -max(r['profile']['ms'].get(op, 0) / t for r, t in zip(rows, totals)))
-    lines = ['| op type | ' + ' | '.join(f"{r['model']} ms (share) | nodes" for r in rows) + ' |',
-             '|---|' + '---|---|' * len(rows)]
+    totals = [sum(p['ms'].values()) for _, p in columns]
+    ops = sorted({op for _, p in columns for op in (*p['ms'], *p['nodes'])},
+                 key=lambda op: -max(p['ms'].get(op, 0) / t for (_, p), t in zip(columns, totals)))
+    lines = ['| op type | ' + ' | '.join(f'{name} ms (share) | nodes' for name, _ in columns) + ' |',
+             '|---|' + '---|---|' * len(columns)]
 
     def cells(names: Sequence[str]) -> str:
-        return ' | '.join(f"{sum(r['profile']['ms'].get(op, 0) for op in names):.0f} "
-                          f"({100 * sum(r['profile']['ms'].get(op, 0) for op in names) / t:.0f}%) | "
-                          f"{sum(r['profile']['nodes'].get(op, 0) for op in names)}" for r, t in zip(rows, totals))
+        return ' | '.join(f"{sum(p['ms'].get(op, 0) for op in names):.0f} "
+                          f"({100 * sum(p['ms'].get(op, 0) for op in names) / t:.0f}%) | "
+                          f"{sum(p['nodes'].get(op, 0) for op in names)}" for (_, p), t in zip(columns, totals))
 
     lines += [f'| {op} | {cells([op])} |' for op in ops[:top]]
     if ops[top:]:

@@ -18,6 +18,7 @@ exports as one ``Gemm`` (:func:`.rewrites.gemm_linears`).
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -94,14 +95,15 @@ def model_inputs(model: nn.Module, x: Tensor) -> tuple[Tensor, ...]:
 
 
 def export(model: nn.Module, shape: tuple[int, int], path: Path, opset: int, batch: int = 1,
-           metadata: dict[str, str] | None = None) -> None:
+           metadata: dict[str, str] | None = None, shaped: bool = True) -> None:
     """Export ``model`` (with ``output_names``) by the dynamo exporter at input ``(batch, 3, *shape)``,
-    height and width dynamic, LiSA's operators as :func:`.shaped.export_formulations` writes them, to
+    height and width dynamic, LiSA's operators as :func:`.shaped.export_formulations` writes them (with
+    ``shaped=False``: their references as they are, the graph before the shaping, for comparison), to
     ``path`` (weights inside the file, ``metadata`` as its ``metadata_props``:
     :meth:`.metadata.Metadata.to_props`)."""
     inputs = model_inputs(model, torch.randn(batch, 3, *shape))
     dynamic = ({2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}, ) + (None, ) * (len(inputs) - 1)
-    with torch.no_grad(), export_formulations():
+    with torch.no_grad(), export_formulations() if shaped else contextlib.nullcontext():
         program = torch.onnx.export(model, inputs, dynamo=True, opset_version=opset, dynamic_shapes=dynamic,
                                     input_names=list(getattr(model, 'input_names', ['input'])),
                                     output_names=list(model.output_names), custom_translation_table=TRANSLATIONS)
