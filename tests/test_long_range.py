@@ -219,6 +219,18 @@ def test_budgets_and_depths_are_compared_within_a_variant():
     assert two.label() == 'softmax, 2 layers'
 
 
+def test_comparisons_name_their_budget_where_a_task_has_several():
+    short = rows('lisa', {0: (99, 99), 1: (98, 98)}) + rows('softmax', {0: (80, 80), 1: (90, 90)})
+    longer = rows('lisa', {0: (100, 100), 1: (100, 100)}, iters=4000) + rows('softmax', {0: (81, 81), 1: (92, 92)},
+                                                                          iters=4000)
+    text = '\n'.join(report.task_section('lookup-hops2', short + longer, 50.0))
+    assert '| LiSA T=3 − softmax (2000 it) |' in text and '| LiSA T=3 − softmax (4000 it) |' in text
+    assert '| softmax − softmax (4000 vs 2000 it) |' in text
+    assert any('(4000 it)' in line for line in report.findings({'t': short + longer}))
+    # one budget: no budget in the names
+    assert '| LiSA T=3 − softmax |' in '\n'.join(report.task_section('lookup-hops2', short, 50.0))
+
+
 def test_learning_rate_choice_takes_the_best_mean_and_the_smallest_of_equals():
     select = (rows('lisa', {900: (80, 80), 901: (90, 90)}, phase='select', lr=1e-3)
               + rows('lisa', {900: (85, 85), 901: (85, 85)}, phase='select', lr=2e-3)

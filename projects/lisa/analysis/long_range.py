@@ -134,14 +134,24 @@ class Comparison:
     first: Variant
     second: Variant
     difference: Interval
+    several_budgets: bool = False
+    """Whether the task ran more than one budget: then a comparison at one budget names it."""
+
+    def budget(self) -> str:
+        if self.first.iters != self.second.iters:
+            return f' ({self.first.iters} vs {self.second.iters} it)'
+        return f' ({self.first.iters} it)' if self.several_budgets else ''
+
+    def title(self) -> str:
+        return f'{self.first.label()} − {self.second.label()}{self.budget()}'
 
     def sentence(self) -> str:
         a, b, d = self.first.label(), self.second.label(), self.difference
         runs = f'{d.n} paired runs'
         if d.excludes_zero:
             ahead, behind = (a, b) if d.mean > 0 else (b, a)
-            return f'{ahead} ahead of {behind}: {a} − {b} = {d.format(signed=True)} points ({runs})'
-        return f'no difference found between {a} and {b}: {d.format(signed=True)} points ({runs})'
+            return f'{ahead} ahead of {behind}{self.budget()}: {a} − {b} = {d.format(signed=True)} points ({runs})'
+        return f'no difference found between {a} and {b}{self.budget()}: {d.format(signed=True)} points ({runs})'
 
 
 def comparisons(rows: Sequence[dict], keep: Keep = everything) -> list[Comparison]:
@@ -150,12 +160,14 @@ def comparisons(rows: Sequence[dict], keep: Keep = everything) -> list[Compariso
     groups = variants(reported(rows))
     accuracy = {v: per_run(rs, keep) for v, rs in groups.items()}
     out = []
-    for iters in sorted({v.iters for v in groups}):
+    budgets = sorted({v.iters for v in groups})
+    for iters in budgets:
         for (a, la), (b, lb) in PAIRS:
             for first in (v for v in groups if (v.attention, v.layers, v.iters) == (a, la, iters)):
                 for second in (v for v in groups if (v.attention, v.layers, v.iters) == (b, lb, iters)):
                     if set(accuracy[first]) & set(accuracy[second]):
-                        out.append(Comparison(first, second, paired_difference(accuracy[first], accuracy[second])))
+                        out.append(Comparison(first, second, paired_difference(accuracy[first], accuracy[second]),
+                                              len(budgets) > 1))
     for v in groups:
         longer = [w for w in groups
                   if (w.attention, w.layers, w.lr) == (v.attention, v.layers, v.lr) and w.iters > v.iters]
@@ -256,9 +268,7 @@ def task_section(task: str, rows: Sequence[dict], chance: float, ceiling: float 
         for c in found:
             d = c.difference
             cell = d.format(signed=True)
-            out.append(f'| {c.first.label()} − {c.second.label()}'
-                       + (f' ({c.first.iters} vs {c.second.iters} it)' if c.first.iters != c.second.iters else '')
-                       + f" | {f'**{cell}**' if d.excludes_zero else cell} | {d.n} | "
+            out.append(f"| {c.title()} | {f'**{cell}**' if d.excludes_zero else cell} | {d.n} | "
                        + ('differ' if d.excludes_zero else 'no difference found') + ' |')
     lines = controls(rows, chance, ceiling) if ceiling is not None else []
     if lines:
