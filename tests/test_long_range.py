@@ -284,6 +284,20 @@ def test_window_control_compares_the_nearest_bin_with_the_window_border_ceiling(
     assert 'FAILS' in '\n'.join(report.controls(failing, 50.0, ceiling))
 
 
+def test_pathfinder_adds_the_infinite_walk_and_compares_it_with_t3_and_one_hop_attention():
+    """Connectivity is where the paper claims ``(I - beta S)^-1`` (T = inf) helps: the make setting runs it on
+    both Pathfinder tasks only, and the report compares it with LiSA T=3, softmax and FLatten."""
+    plan = sweep.plan(sweep.SETTINGS['make'], 'test', runs=1)
+    with_tinf = {i['task'] for i in plan if i['attention'] == 'lisa-tinf'}
+    assert with_tinf == {'pathfinder-seg', 'pathfinder-cls'}
+    assert {(i['attention'], i['layers']) for i in plan if i['task'] == 'pathfinder-seg'} == {
+        *sweep.COMPARED, ('lisa-tinf', 1)}
+    tinf = rows('lisa-tinf', {0: (99, 99), 1: (97, 97)})
+    others = rows('lisa', {0: (90, 90), 1: (92, 92)}) + rows('softmax', {0: (80, 80), 1: (70, 70)})
+    titles = {c.title() for c in report.comparisons(tinf + others)}
+    assert {'LiSA T=inf − LiSA T=3', 'LiSA T=inf − softmax'} <= titles
+
+
 def test_run_config_swaps_the_attention_layers_and_lr_of_the_task_config(tmp_path):
     from mmengine.config import Config
     for task, attention, want in (('lookup-hops2', 'lisa-t2', dict(type='lisa', num_steps=2)),
@@ -359,7 +373,8 @@ def test_sweep_arguments_are_checked(argv, message, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('task, attention', [('lookup-hops2', 'lisa-t2'), ('pathfinder-cls', 'lisa')])
+@pytest.mark.parametrize('task, attention', [('lookup-hops2', 'lisa-t2'), ('pathfinder-cls', 'lisa'),
+                                             ('pathfinder-cls', 'lisa-tinf')])
 def test_short_run_through_tools_train(tmp_path, task, attention):
     """Only an end-to-end run catches a config that mmseg / mmpretrain cannot build or feed
     (dataset formats, the registered metric reading the side-cars, the evaluator's output)."""

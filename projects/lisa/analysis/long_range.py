@@ -37,10 +37,12 @@ PAIRS = (
     (('lisa', 1), ('softmax', 1)), (('lisa', 1), ('flatten', 1)), (('lisa', 1), ('lisa-t2', 1)),
     (('lisa', 1), ('lisa-global', 1)), (('lisa-t2', 1), ('softmax', 1)), (('lisa-t2', 1), ('flatten', 1)),
     (('lisa', 1), ('softmax', 2)), (('lisa', 1), ('flatten', 2)), (('softmax', 2), ('softmax', 1)),
-    (('flatten', 2), ('flatten', 1)), (('lisa', 2), ('lisa', 1)))
+    (('flatten', 2), ('flatten', 1)), (('lisa', 2), ('lisa', 1)),
+    (('lisa-tinf', 1), ('lisa', 1)), (('lisa-tinf', 1), ('softmax', 1)), (('lisa-tinf', 1), ('flatten', 1)))
 """The comparisons the document makes where both sides ran: LiSA T=3 against one-hop attention,
 against its controls (T=2: one step of S, the walk's control; global-only: no local branch), and one
-layer against two ("long-range in one layer": fewer layers for the same reach)."""
+layer against two ("long-range in one layer": fewer layers for the same reach); LiSA T=inf (where it ran:
+Pathfinder) against T=3 and one-hop attention."""
 
 Keep = Callable[[dict], bool]
 
