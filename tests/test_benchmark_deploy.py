@@ -132,7 +132,7 @@ def test_measure_model_profiles_the_reference_trace_beside_the_shaped_file(tmp_p
                                                                  for s in deploy_benchmark.SIDES})
     monkeypatch.setattr(deploy_benchmark, 'op_profile', lambda path, inputs, threads: dict(ms={path.name: 1.0},
                                                                                            nodes={}))
-    monkeypatch.setattr('projects.lisa.deploy.relative_errors', lambda *a, **k: [], raising=False)
+    monkeypatch.setattr('projects.lisa.deploy.relative_errors', lambda *a, **k: [])
     configs = Path(__file__).parents[1] / 'configs'
     row = deploy_benchmark.measure_model('S-FPN PVT-T', configs, tmp_path, 1, (64, 64), (64, 64), tmp_path, 1, 0, 1,
                                          1.0, profile=True)

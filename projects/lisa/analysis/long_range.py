@@ -94,9 +94,13 @@ def variants(rows: Iterable[dict]) -> dict[Variant, list[dict]]:
     return dict(sorted(out.items(), key=lambda item: item[0].sort_key()))
 
 
-def nearest_bin(rows: Sequence[dict]) -> Keep:
-    """A filter keeping the rows of the smallest distance bin among ``rows``."""
-    bin_ = min((r['lo'], r['hi']) for r in rows)
+def nearest_bin(rows: Sequence[dict]) -> tuple[float, float]:
+    """The smallest distance bin ``(lo, hi)`` among ``rows``."""
+    return min((r['lo'], r['hi']) for r in rows)
+
+
+def in_bin(bin_: tuple[float, float]) -> Keep:
+    """A filter keeping the rows of the distance bin ``bin_``."""
     return lambda r: (r['lo'], r['hi']) == bin_
 
 
@@ -108,7 +112,7 @@ def chosen_lr(select_rows: Sequence[dict]) -> tuple[float, dict[float, Interval]
     by_lr: dict[float, list[dict]] = {}
     for r in select_rows:
         by_lr.setdefault(r['lr'], []).append(r)
-    keep = nearest_bin(select_rows) if select_rows and select_rows[0]['attention'] in LOCAL else everything
+    keep = in_bin(nearest_bin(select_rows)) if select_rows and select_rows[0]['attention'] in LOCAL else everything
     means = {lr: mean_interval(list(per_run(rows, keep).values())) for lr, rows in by_lr.items()}
     best = max(sorted(means), key=lambda lr: means[lr].mean)
     return best, means
@@ -200,8 +204,8 @@ def controls(rows: Sequence[dict], chance: float, ceiling: float) -> list[str]:
     test = [r for r in reported(rows) if r['hops'] == 1 and r['layers'] == 1]
     if not test:
         return []
-    near = nearest_bin(test)
-    near_bin = min((r['lo'], r['hi']) for r in test)
+    near_bin = nearest_bin(test)
+    near = in_bin(near_bin)
 
     def mean(attention: str, keep: Keep) -> float:
         values = per_run([r for r in test if r['attention'] == attention], keep)

@@ -71,8 +71,10 @@ COMPARED = (('softmax', 1), ('flatten', 1), ('lisa', 1), ('lisa-t2', 1), ('lisa-
             ('softmax', 2), ('flatten', 2))
 """The (attention, layers) of every compared task: LiSA T=3 and its controls in one layer (T=2: one step
 of S, the walk's control; global-only: no local branch), and two layers of the one-hop attentions (can
-one LiSA layer do what needs two of theirs?). Pathfinder adds LiSA T=inf, ``(I - beta S)^-1``: connectivity
-is where the paper claims the whole walk helps."""
+one LiSA layer do what needs two of theirs?)."""
+CONNECTIVITY = COMPARED + (('lisa-tinf', 1), )
+"""Pathfinder's variants: :data:`COMPARED` and LiSA T=inf, ``(I - beta S)^-1``: connectivity is where the
+paper claims the whole walk helps."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ class Setting:
 
 SETTINGS = {
     'make': Setting({'lookup-hops1': ((('softmax', 1), ('window', 1), ('lisa-local', 1)), 3),  # the controls
-                     **{t: (COMPARED + (('lisa-tinf', 1), ) * t.startswith('pathfinder'), 8)
+                     **{t: (CONNECTIVITY if t.startswith('pathfinder') else COMPARED, 8)
                         for t in TASKS if t != 'lookup-hops1'}},
                     lrs=(1e-3, 2e-3, 4e-3), select_runs=2),
     'quick': Setting({'lookup-hops1': ((('softmax', 1), ('lisa-local', 1)), 2),
