@@ -1,6 +1,7 @@
 # Pathfinder classification (projects/lisa/synthetic/long_range.py, `pathfinder_cls`): are the two markers
 # on one contour? The lookup probe's 1-layer ViT and init (width 64, patch 4, no class token), its tokens averaged
-# into a linear classifier (mmpretrain), with the lookup probe's schedule.
+# into a linear classifier (mmpretrain), with the lookup probe's optimizer (AdamW, lr 2e-3, clipping at 1) but
+# batch 8 and 50 warm-up iterations.
 # Data: `tools/long_range.py --generate-only --tasks pathfinder-cls --runs 1`.
 # Budget 2000 iterations, the segmentation probes'. Pilot (CPU, single runs on draw 900, lr 1e-3-2e-3; easier
 # curves than the sweep's: 16 px, one distractor, solid): in every run the logged loss stayed near ln 2
