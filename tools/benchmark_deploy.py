@@ -145,9 +145,10 @@ def main(argv=None) -> int:
         "against onnxruntime's detections "
         'pasted by `projects.lisa.deploy.paste_detections`, matched one to one (same label, greedily by box IoU '
         "in eager's score order); the bounds: same counts, box IoU ≥ 0.99, scores within 1e-3, mask IoU ≥ 0.98, "
-        "box and mask AP (mmdet's CocoMetric, in points) within 0.1. *Near-ties*: images whose detections eager "
-        "itself changes when its backbone outputs move by 1e-5 of their RMS (the size of the eager-onnxruntime "
-        "difference): held to eager's test under such a move (`agreement.reference`); more than half fails.")
+        "box and mask AP (mmdet's CocoMetric, in points) within 0.1. *Near-ties*: detections that eager itself "
+        "changes when its backbone outputs move by 1e-5 of their RMS (the size of the eager-onnxruntime "
+        "difference), held to eager's test under such a move, as a whole image or detection by detection "
+        "(`agreement.reference`); more than half of the detections fails.")
     (sh, sw), (dh, dw) = args.seg_size, args.det_size
     models_note = (
         f'Full widths, **random weights** (seed {args.seed}). Latency: eager is the exported module itself '
