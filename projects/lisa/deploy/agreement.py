@@ -167,7 +167,8 @@ def reference(model, batch, eager, onnx: dict):
         if not _holds(_sample(eager, row), graph):
             found = (test.pred_instances[k:k + 1] for test in tests for k in _best(test.pred_instances, graph))
             swap = next((f for f in found if _holds(_sample(eager, f), graph)), None)
-            row, replaced = (row, replaced) if swap is None else (swap, replaced + 1)
+            if swap is not None:
+                row, replaced = swap, replaced + 1
         rows.append(row)
     return _sample(eager, type(ref).cat(rows), near_ties=replaced)
 
