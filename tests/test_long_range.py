@@ -484,3 +484,23 @@ def test_document_leaves_out_a_task_whose_lr_choice_is_under_way(tmp_path):
     sweep.write_document(done + started, tmp_path / 'doc.md', '')
     text = (tmp_path / 'doc.md').read_text()
     assert '## lookup-hops2' in text and 'lookup-hops1' not in text
+
+
+def test_pathfinder_scores_the_far_half_of_the_marked_curve_not_distractors_far_from_the_marker(tmp_path):
+    """On Pathfinder segmentation every pixel >= 48 px from the marker lies on a distractor (the marked curve is
+    32 px long, and a distractor pixel's distance is Euclidean to the marker), so the lookup's far bin would score
+    the easy class only. The far column is the marked curve's far half (label 1, >= 16 px along it): the pixels
+    that only a model following the path gets right."""
+    def run(attention: str, run: int, far_right: int) -> list[dict]:
+        common = dict(task='pathfinder-seg', phase='test', attention=attention, layers=1, lr=4e-3, run=run,
+                      iters=2000, seconds=1.0, s_per_iter=0.1, params=1000)
+        return [dict(common, label=0, hops=0, lo=64, hi=400, correct=10, total=10),  # far distractor: right
+                dict(common, label=0, hops=0, lo=0, hi=8, correct=90, total=100),
+                dict(common, label=1, hops=0, lo=0, hi=8, correct=90, total=100),
+                dict(common, label=1, hops=3, lo=16, hi=32, correct=far_right, total=100)]
+    runs = run('lisa', 1000, 20) + run('lisa', 1001, 30) + run('softmax', 1000, 10) + run('softmax', 1001, 10)
+    sweep.write_document(runs, tmp_path / 'doc.md', '')
+    text = (tmp_path / 'doc.md').read_text()
+    assert 'far bin' not in text and '| marked curve >= 16 px along it % |' in text
+    # LiSA's far-half runs 20 %, 30 %: mean 25, s = 7.07, half width 12.706 * 7.07 / sqrt(2) = 63.5
+    assert '| 0/2 | 25.0 [-38.5, 88.5] | 0.100 |' in text

@@ -27,6 +27,8 @@ SOLVED = 95.0
 reported beside the mean."""
 FAR_MIN = 48
 """px: the lookup's far bin (12 tokens), beyond every local receptive field of one layer."""
+MARKED_MIN = 16
+"""px along Pathfinder's marked curve: its far half (the curve is 32 px long), two dash gaps or more away."""
 LOCAL = ('window', 'lisa-local')
 LABELS = {'softmax': 'softmax', 'window': 'window 7x7 (Swin)', 'flatten': 'FLatten', 'linear': 'linear',
           'lisa-local': 'LiSA local-only', 'lisa': 'LiSA T=3', 'lisa-global': 'LiSA global-only T=3',
@@ -74,6 +76,17 @@ def everything(row: dict) -> bool:
 
 def far(row: dict) -> bool:
     return row['lo'] >= FAR_MIN
+
+
+def marked_far(row: dict) -> bool:
+    """Pathfinder segmentation: a pixel of the marked curve (label 1) at least :data:`MARKED_MIN` px along it.
+    A distractor pixel's distance is Euclidean to the marker, so far from the marker lie distractors only."""
+    return row.get('label') == 1 and row['lo'] >= MARKED_MIN
+
+
+FAR = (f'far bin (>= {FAR_MIN} px)', far)
+MARKED_FAR = (f'marked curve >= {MARKED_MIN} px along it', marked_far)
+"""A task's far column: its title and the rows it keeps."""
 
 
 def per_run(rows: Iterable[dict], keep: Keep = everything) -> dict[int, float]:
@@ -233,21 +246,24 @@ def _budget(rows: Sequence[dict]) -> str:
     return str(lo) if lo == hi else f'{lo}-{hi}'
 
 
-def task_section(task: str, rows: Sequence[dict], chance: float, ceiling: float | None = None) -> list[str]:
-    """One task's tables: accuracy per variant (mean, 95 % interval, solved share, far bin), the
-    learning-rate choice, the paired comparisons, and the controls where the task has one-hop rows."""
+def task_section(task: str, rows: Sequence[dict], chance: float, ceiling: float | None = None,
+                 far_column: tuple[str, Keep] = FAR) -> list[str]:
+    """One task's tables: accuracy per variant (mean, 95 % interval, solved share, its far pixels:
+    ``far_column``), the learning-rate choice, the paired comparisons, and the controls where the task
+    has one-hop rows."""
     test = reported(rows)
     groups = variants(test)
-    has_far = any(far(r) for r in test) and any(not far(r) for r in test)
+    far_title, far_keep = far_column
+    has_far = any(far_keep(r) for r in test) and any(not far_keep(r) for r in test)
     out = [f'## {task}', '', f'Chance {chance:.1f} %. Test runs: mean and 95 % interval over the runs '
            f'(Student t), runs reaching {SOLVED:.0f} %, parameters, learning rate, cost.', '',
            '| attention | params | lr | iterations | runs | accuracy % | solved | '
-           + (f'far bin (>= {FAR_MIN} px) % | ' if has_far else '') + 's per iteration |',
+           + (f'{far_title} % | ' if has_far else '') + 's per iteration |',
            '|---' * (8 + has_far) + '|']
     for v, rs in groups.items():
         acc = per_run(rs)
         done, n = solved_share(list(acc.values()), SOLVED)
-        far_cell = f'{mean_interval(list(per_run(rs, far).values())).format()} | ' if has_far else ''
+        far_cell = f'{mean_interval(list(per_run(rs, far_keep).values())).format()} | ' if has_far else ''
         lrs = sorted({r['lr'] for r in rs})
         one = {r['run']: r for r in rs}.values()
         out.append(f"| {v.label()} | {rs[0]['params'] / 1e3:.1f} k | {'/'.join(f'{lr:g}' for lr in lrs)} | "

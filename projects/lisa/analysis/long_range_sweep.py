@@ -53,6 +53,7 @@ class Task:
     num_val: int = 200
     scored_hops: tuple[int, ...] | None = None
     balanced: bool = False
+    far: tuple[str, report.Keep] = report.FAR
 
 
 TASKS = {
@@ -61,7 +62,7 @@ TASKS = {
     'lookup-hops2': Task('lookup', dict(size=64, hops=(2, 2)), 'configs/long_range/lookup_vit-1l_softmax_64px.py',
                          50.0),
     'pathfinder-seg': Task('pathfinder_seg', dict(size=64), 'configs/long_range/pathfinder-seg_vit-1l_lisa_64px.py',
-                           50.0, balanced=True),
+                           50.0, balanced=True, far=report.MARKED_FAR),
     'pathfinder-cls': Task('pathfinder_cls', dict(size=64), 'configs/long_range/pathfinder-cls_vit-1l_lisa_64px.py',
                            50.0),
     'pointer': Task('pointer', dict(size=64, hops=(1, 2)), 'configs/long_range/pointer_vit-1l_softmax_64px.py',
@@ -269,7 +270,8 @@ def write_document(rows: list[dict], path: Path, note: str) -> None:
             '', *report.findings(tasks), '']
     for task, task_rows in tasks.items():
         hops = TASKS[task].scored_hops
-        section = report.task_section(task, task_rows, TASKS[task].chance, ceiling if task == 'lookup-hops1' else None)
+        section = report.task_section(task, task_rows, TASKS[task].chance,
+                                      ceiling if task == 'lookup-hops1' else None, TASKS[task].far)
         if hops:
             section[2] += f" Scored on the {'/'.join(map(str, hops))}-hop queries."
         out += section
