@@ -285,7 +285,7 @@ def task_section(task: str, rows: Sequence[dict], chance: float, ceiling: float 
                        f'{best:g} |')
     found = comparisons(test)
     if found:
-        out += ['', 'Paired differences (test runs, all pixels), 95 % interval; **bold**: the interval '
+        out += ['', 'Paired differences of the accuracy column (test runs), 95 % interval; **bold**: the interval '
                 'excludes 0.', '', '| comparison | difference (points) | runs | reading |', '|---|---|---|---|']
         for c in found:
             d = c.difference
