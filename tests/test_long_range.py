@@ -390,6 +390,7 @@ def test_short_run_through_tools_train(tmp_path, task, attention):
         assert sum(r['total'] for r in got) == labelled
     else:
         assert [r['total'] for r in got] == [4]
+        assert got[0]['majority'] == max(len(list(d.glob('*.png'))) for d in (data / 'val').iterdir())
 
 
 def test_visualize_walk_queries_the_farthest_shape_of_a_probe_image(tmp_path):
@@ -504,3 +505,17 @@ def test_pathfinder_scores_the_far_half_of_the_marked_curve_not_distractors_far_
     assert 'far bin' not in text and '| marked curve >= 16 px along it % |' in text
     # LiSA's far-half runs 20 %, 30 %: mean 25, s = 7.07, half width 12.706 * 7.07 / sqrt(2) = 63.5
     assert '| 0/2 | 25.0 [-38.5, 88.5] | 0.100 |' in text
+
+
+def test_classification_states_the_larger_class_share_of_the_test_draws(tmp_path):
+    """A test draw of Pathfinder classification need not hold the two classes equally: a model that always
+    names the larger class scores its share, which the document states beside chance (from the stored runs)."""
+    def run(attention: str, run: int, correct: int, majority: int) -> dict:
+        return dict(task='pathfinder-cls', phase='test', attention=attention, layers=1, lr=1e-3, run=run,
+                    iters=2000, seconds=1.0, s_per_iter=0.1, params=1000, hops=0, lo=0, hi=0, correct=correct,
+                    total=200, majority=majority)
+    runs = [run(a, r, 100 + i, m) for a in ('lisa', 'softmax') for i, (r, m) in enumerate([(1000, 105), (1001, 111)])]
+    sweep.write_document(runs, tmp_path / 'doc.md', '')
+    # draws: 105/200 = 52.5 %, 111/200 = 55.5 %; their mean 54.0 %
+    assert ('Chance 50.0 %; always naming the larger class of a test draw scores 52.5-55.5 % '
+            '(54.0 % on average).') in (tmp_path / 'doc.md').read_text()

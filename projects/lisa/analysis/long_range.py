@@ -250,12 +250,16 @@ def task_section(task: str, rows: Sequence[dict], chance: float, ceiling: float 
                  far_column: tuple[str, Keep] = FAR) -> list[str]:
     """One task's tables: accuracy per variant (mean, 95 % interval, solved share, its far pixels:
     ``far_column``), the learning-rate choice, the paired comparisons, and the controls where the task
-    has one-hop rows."""
+    has one-hop rows. Classification rows carry their test draw's larger class (``majority``): its share,
+    what always naming it scores, stands beside chance."""
     test = reported(rows)
     groups = variants(test)
     far_title, far_keep = far_column
     has_far = any(far_keep(r) for r in test) and any(not far_keep(r) for r in test)
-    out = [f'## {task}', '', f'Chance {chance:.1f} %. Test runs: mean and 95 % interval over the runs '
+    shares = {r['run']: 100 * r['majority'] / r['total'] for r in test if 'majority' in r}  # classification
+    larger = (f'; always naming the larger class of a test draw scores {min(shares.values()):.1f}-'
+              f'{max(shares.values()):.1f} % ({statistics.fmean(shares.values()):.1f} % on average)' if shares else '')
+    out = [f'## {task}', '', f'Chance {chance:.1f} %{larger}. Test runs: mean and 95 % interval over the runs '
            f'(Student t), runs reaching {SOLVED:.0f} %, parameters, learning rate, cost.', '',
            '| attention | params | lr | iterations | runs | accuracy % | solved | '
            + (f'{far_title} % | ' if has_far else '') + 's per iteration |',
