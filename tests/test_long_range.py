@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections import Counter, deque
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -390,8 +390,7 @@ def test_short_run_through_tools_train(tmp_path, task, attention):
         assert sum(r['total'] for r in got) == labelled
     else:
         assert [r['total'] for r in got] == [4]
-        labels = Counter(p.parent.name for p in (data / 'val').glob('*/*.png'))
-        assert got[0]['majority'] == max(labels.values())
+        assert got[0]['majority'] == max(len(list(d.glob('*.png'))) for d in (data / 'val').iterdir())
 
 
 def test_visualize_walk_queries_the_farthest_shape_of_a_probe_image(tmp_path):
