@@ -231,6 +231,15 @@ def test_comparisons_name_their_budget_where_a_task_has_several():
     assert '| LiSA T=3 − softmax |' in '\n'.join(report.task_section('lookup-hops2', short, 50.0))
 
 
+def test_a_finding_between_two_budgets_of_one_variant_names_which_budget_is_ahead():
+    # FLatten loses 2, 2 and 3 points at 4000 iterations: mean -2.33, s = 0.577, half width 4.303 * 0.577 / sqrt(3)
+    short = rows('flatten', {0: (90, 90), 1: (92, 92), 2: (91, 91)})
+    longer = rows('flatten', {0: (88, 88), 1: (90, 90), 2: (88, 88)}, iters=4000)
+    assert report.findings({'t': short + longer})[0] == (
+        '- t: FLatten at 2000 it ahead of FLatten at 4000 it: FLatten 4000 − 2000 it = -2.3 [-3.8, -0.9] points '
+        '(3 paired runs)')
+
+
 def test_learning_rate_choice_takes_the_best_mean_and_the_smallest_of_equals():
     select = (rows('lisa', {900: (80, 80), 901: (90, 90)}, phase='select', lr=1e-3)
               + rows('lisa', {900: (85, 85), 901: (85, 85)}, phase='select', lr=2e-3)

@@ -167,6 +167,11 @@ class Comparison:
     def sentence(self) -> str:
         a, b, d = self.first.label(), self.second.label(), self.difference
         runs = f'{d.n} paired runs'
+        if d.excludes_zero and a == b:  # one variant at two budgets: the budgets tell them apart
+            first, second = (f'{a} at {v.iters} it' for v in (self.first, self.second))
+            ahead, behind = (first, second) if d.mean > 0 else (second, first)
+            return (f'{ahead} ahead of {behind}: {a} {self.first.iters} − {self.second.iters} it = '
+                    f'{d.format(signed=True)} points ({runs})')
         if d.excludes_zero:
             ahead, behind = (a, b) if d.mean > 0 else (b, a)
             return f'{ahead} ahead of {behind}{self.budget()}: {a} − {b} = {d.format(signed=True)} points ({runs})'
