@@ -48,4 +48,4 @@ long-range: install
 	$(LONG_RANGE) --tasks lookup-hops2 --attentions softmax flatten lisa lisa-t2 --layers 1 --max-iters 4000
 	$(LONG_RANGE) --tasks pathfinder-seg --layers 1 --max-iters 4000
 	$(LONG_RANGE) --tasks pointer --attentions softmax flatten lisa lisa-t2 --layers 1 --max-iters 8000
-	$(LONG_RANGE) --tasks pointer --attentions softmax lisa --layers 1 --max-iters 16000
+	$(LONG_RANGE) --tasks pointer --attentions softmax flatten lisa lisa-t2 --layers 1 --max-iters 16000
