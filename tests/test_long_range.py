@@ -208,6 +208,26 @@ def test_findings_state_only_the_differences_whose_interval_excludes_zero():
     assert '| LiSA T=3 − FLatten | **+9.0 [+7.7, +10.3]** | 4 | differ |' in table
 
 
+def test_the_replication_draws_are_compared_again_alone():
+    # draws 1000-1001: LiSA far behind softmax; draws 1008-1010, the replication: LiSA 100, 96, 98 against
+    # softmax 90, 90, 89 -> differences 10, 6, 9: mean 8.33, s = 2.08, half width 4.303 * 2.08 / sqrt(3) = 5.17
+    lisa = rows('lisa', {1000: (50, 50), 1001: (52, 52), 1008: (100, 100), 1009: (96, 96), 1010: (98, 98)})
+    soft = rows('softmax', {1000: (90, 90), 1001: (90, 90), 1008: (90, 90), 1009: (90, 90), 1010: (89, 89)})
+    text = '\n'.join(report.task_section('lookup-hops2', lisa + soft, 50.0))
+    assert 'The same differences on draws 1008-1010 alone: the replication, trained after the results on draws ' \
+           '1000-1001 were read.' in text
+    assert '| LiSA T=3 − softmax | **+8.3 [+3.2, +13.5]** | 3 | differ |' in text
+    assert ('- lookup-hops2, draws 1008-1010 alone: LiSA T=3 ahead of softmax: LiSA T=3 − softmax = +8.3 [+3.2, '
+            '+13.5] points (3 paired runs)') in report.findings({'lookup-hops2': lisa + soft})
+    # no replication where the runs lie on one side of it (nor for a variant that has no replication draws)
+    first = [r for r in lisa + soft if r['run'] < report.REPLICATION_FIRST]
+    assert report.replication(first) == [] and 'The same differences' not in '\n'.join(
+        report.task_section('lookup-hops2', first, 50.0))
+    assert report.replication([r for r in lisa + soft if r['run'] >= report.REPLICATION_FIRST]) == []
+    flat = rows('flatten', {1000: (70, 70), 1001: (71, 71)})
+    assert [c.second.attention for c in report.replication(lisa + soft + flat)] == ['softmax']
+
+
 def test_budgets_and_depths_are_compared_within_a_variant():
     short = rows('softmax', {0: (80, 80), 1: (82, 82), 2: (81, 81)})
     longer = rows('softmax', {0: (99, 99), 1: (100, 100), 2: (98, 98)}, iters=4000)

@@ -84,6 +84,16 @@ def marked_far(row: dict) -> bool:
     return row.get('label') == 1 and row['lo'] >= MARKED_MIN
 
 
+REPLICATION_FIRST = 1008
+"""The first test draw of the replication: ``--runs 16`` trains draws 1008-1015 after the results on
+draws 1000-1007 were read, so the comparisons on them alone check a finding on draws that no choice
+(of lr, budget or comparison) looked at."""
+
+
+def replicated(row: dict) -> bool:
+    return row['run'] >= REPLICATION_FIRST
+
+
 FAR = (f'far bin (>= {FAR_MIN} px)', far)
 MARKED_FAR = (f'marked curve >= {MARKED_MIN} px along it', marked_far)
 """A task's far column: its title and the rows it keeps."""
@@ -201,6 +211,15 @@ def comparisons(rows: Sequence[dict], keep: Keep = everything) -> list[Compariso
     return out
 
 
+def replication(rows: Sequence[dict]) -> list[Comparison]:
+    """The :func:`comparisons` on the replication draws alone (:data:`REPLICATION_FIRST` on), where the
+    test runs hold draws on both sides of it."""
+    runs = {r['run'] for r in rows if r['phase'] == 'test'}
+    if not any(run >= REPLICATION_FIRST for run in runs) or all(run >= REPLICATION_FIRST for run in runs):
+        return []
+    return comparisons(rows, replicated)
+
+
 def window_ceiling(tokens: int, window: int, chance: float) -> float:
     """Nearest-bin accuracy (%) of a perfect one-layer window model on the lookup.
 
@@ -251,12 +270,28 @@ def _budget(rows: Sequence[dict]) -> str:
     return str(lo) if lo == hi else f'{lo}-{hi}'
 
 
+def _difference_table(found: Sequence[Comparison]) -> list[str]:
+    out = ['| comparison | difference (points) | runs | reading |', '|---|---|---|---|']
+    for c in found:
+        d = c.difference
+        cell = d.format(signed=True)
+        out.append(f"| {c.title()} | {f'**{cell}**' if d.excludes_zero else cell} | {d.n} | "
+                   + ('differ' if d.excludes_zero else 'no difference found') + ' |')
+    return out
+
+
+def _draws(rows: Sequence[dict], keep: Keep) -> str:
+    """The range of the test draws that ``keep`` accepts: ``'1008-1015'``."""
+    draws = sorted({r['run'] for r in rows if r['phase'] == 'test' and keep(r)})
+    return f'{draws[0]}-{draws[-1]}'
+
+
 def task_section(task: str, rows: Sequence[dict], chance: float, ceiling: float | None = None,
                  far_column: tuple[str, Keep] = FAR) -> list[str]:
     """One task's tables: accuracy per variant (mean, 95 % interval, solved share, its far pixels:
-    ``far_column``), the learning-rate choice, the paired comparisons, and the controls where the task
-    has one-hop rows. Classification rows carry their test draw's larger class (``majority``): its share,
-    what always naming it scores, stands beside chance."""
+    ``far_column``), the learning-rate choice, the paired comparisons (then on the replication draws alone,
+    where they ran), and the controls where the task has one-hop rows. Classification rows carry their
+    test draw's larger class (``majority``): its share, what always naming it scores, stands beside chance."""
     test = reported(rows)
     groups = variants(test)
     far_title, far_keep = far_column
@@ -295,12 +330,12 @@ def task_section(task: str, rows: Sequence[dict], chance: float, ceiling: float 
     found = comparisons(test)
     if found:
         out += ['', 'Paired differences of the accuracy column (test runs), 95 % interval; **bold**: the interval '
-                'excludes 0.', '', '| comparison | difference (points) | runs | reading |', '|---|---|---|---|']
-        for c in found:
-            d = c.difference
-            cell = d.format(signed=True)
-            out.append(f"| {c.title()} | {f'**{cell}**' if d.excludes_zero else cell} | {d.n} | "
-                       + ('differ' if d.excludes_zero else 'no difference found') + ' |')
+                'excludes 0.', '', *_difference_table(found)]
+    again = replication(test)
+    if again:
+        out += ['', f'The same differences on draws {_draws(test, replicated)} alone: the replication, trained after '
+                f'the results on draws {_draws(test, lambda r: not replicated(r))} were read.', '',
+                *_difference_table(again)]
     lines = controls(rows, chance, ceiling) if ceiling is not None else []
     if lines:
         out += ['', '### Controls (one hop)', '', *lines]
@@ -309,11 +344,15 @@ def task_section(task: str, rows: Sequence[dict], chance: float, ceiling: float 
 
 def findings(tasks: dict[str, Sequence[dict]]) -> list[str]:
     """Every comparison whose paired interval excludes 0, then how many do not: the only statements
-    the document (and the README) make."""
+    the document (and the README) make. Each task's comparisons over all its runs come first, then
+    those on its replication draws alone (:data:`REPLICATION_FIRST`)."""
     differ, none = [], []
     for task, rows in tasks.items():
         for c in comparisons(rows):
             (differ if c.difference.excludes_zero else none).append(f'{task}: {c.sentence()}')
+        for c in replication(rows):
+            (differ if c.difference.excludes_zero else none).append(
+                f'{task}, draws {_draws(rows, replicated)} alone: {c.sentence()}')
     return ([f'- {line}' for line in differ] or ['- No comparison separates two attentions.']) + (
         [f'- No difference found in {len(none)} other comparison(s): ' + '; '.join(none) + '.'] if none else [])
 
