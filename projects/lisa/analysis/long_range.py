@@ -350,9 +350,10 @@ def findings(tasks: dict[str, Sequence[dict]]) -> list[str]:
     for task, rows in tasks.items():
         for c in comparisons(rows):
             (differ if c.difference.excludes_zero else none).append(f'{task}: {c.sentence()}')
-        for c in replication(rows):
-            (differ if c.difference.excludes_zero else none).append(
-                f'{task}, draws {_draws(rows, replicated)} alone: {c.sentence()}')
+        again = replication(rows)
+        draws = _draws(rows, replicated) if again else ''
+        for c in again:
+            (differ if c.difference.excludes_zero else none).append(f'{task}, draws {draws} alone: {c.sentence()}')
     return ([f'- {line}' for line in differ] or ['- No comparison separates two attentions.']) + (
         [f'- No difference found in {len(none)} other comparison(s): ' + '; '.join(none) + '.'] if none else [])
 
