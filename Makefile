@@ -47,6 +47,6 @@ long-range: install
 	$(LONG_RANGE) --tasks lookup-hops2 --runs 16
 	$(LONG_RANGE) --tasks lookup-hops2 --attentions softmax flatten lisa lisa-t2 --layers 1 --max-iters 4000
 	$(LONG_RANGE) --tasks pathfinder-seg --layers 1 --max-iters 4000
-	$(LONG_RANGE) --tasks pointer --attentions softmax flatten lisa lisa-t2 --layers 1 --max-iters 8000
-	$(LONG_RANGE) --tasks pointer --attentions softmax flatten lisa lisa-t2 --layers 1 --max-iters 16000 --runs 16
+	$(LONG_RANGE) --tasks pointer --attentions softmax flatten lisa lisa-global lisa-t2 --layers 1 --max-iters 8000
+	$(LONG_RANGE) --tasks pointer --attentions softmax flatten lisa lisa-global lisa-t2 --layers 1 --max-iters 16000 --runs 16
 	$(LONG_RANGE) --tasks pointer --attentions softmax flatten --layers 2 --max-iters 8000
