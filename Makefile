@@ -38,7 +38,7 @@ docs: install
 # The long-range probe (docs/long_range.md): per task, each attention's lr chosen on development draws, then
 # paired runs on fresh draws (the controls 3, the comparisons 8), two runs at a time; then the two-hop lookup's
 # 8 further draws and the budget checks (twice the iterations, the pointer's also four times, there with 8
-# further draws too, and its two-layer models at twice; same lrs). Hours on 2 cores (the document states the
+# further draws too, and the two-layer models at twice; same lrs). Hours on 2 cores (the document states the
 # wall time); rows are kept as runs end, so a stopped sweep resumes where it was.
 LONG_RANGE = $(PY) tools/long_range.py --setting make --threads 1 --jobs 2 --rows docs/long_range_rows.jsonl
 .PHONY: long-range
@@ -47,6 +47,7 @@ long-range: install
 	$(LONG_RANGE) --tasks lookup-hops2 --runs 16
 	$(LONG_RANGE) --tasks lookup-hops2 --attentions softmax flatten lisa lisa-t2 --layers 1 --max-iters 4000
 	$(LONG_RANGE) --tasks pathfinder-seg --layers 1 --max-iters 4000
+	$(LONG_RANGE) --tasks pathfinder-seg --attentions softmax flatten --layers 2 --max-iters 4000
 	$(LONG_RANGE) --tasks pointer --attentions softmax flatten lisa lisa-global lisa-t2 --layers 1 --max-iters 8000
 	$(LONG_RANGE) --tasks pointer --attentions softmax flatten lisa lisa-global lisa-t2 --layers 1 --max-iters 16000 --runs 16
 	$(LONG_RANGE) --tasks pointer --attentions softmax flatten --layers 2 --max-iters 8000
