@@ -22,7 +22,7 @@ model = dict(
         **_base_.swin_backbone,
         out_indices=(0, 1, 2, 3),
         drop_path_rate=0.1,
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained, prefix='backbone.')))
+        init_cfg=dict(type='Pretrained', checkpoint=pretrained, prefix='backbone.', allow_new=['dense_norms'])))
 
 max_epochs = 12
 train_cfg = dict(max_epochs=max_epochs)

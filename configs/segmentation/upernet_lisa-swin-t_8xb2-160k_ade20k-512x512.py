@@ -10,7 +10,8 @@ _base_ = [
 ]
 
 # ImageNet-1K weights of the backbone: an mmpretrain checkpoint of
-# configs/classification (keys 'backbone.*'), copied or linked to this path.
+# configs/classification (keys 'backbone.*'), copied or linked to this path. The classifier has no norms
+# after stages 1-3, which this model adds: they start as initialised (allow_new=['dense_norms']).
 pretrained = 'pretrain/lisa-swin-t_in1k.pth'
 checkpoint_file = None  # the base's variable for the official Swin weights' URL; unused here
 
@@ -20,6 +21,8 @@ model = dict(
         **_base_.swin_backbone,
         out_indices=(0, 1, 2, 3),
         drop_path_rate=0.3,
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained, prefix='backbone.')))
+        init_cfg=dict(type='Pretrained', checkpoint=pretrained, prefix='backbone.', allow_new=['dense_norms'])))
 
 optim_wrapper = dict(paramwise_cfg=_base_.no_decay)
+# `--show-dir` (mmseg's test.py, `mim test`) draws every test image, not every 50th as mmseg's hook does by default.
+default_hooks = dict(visualization=dict(interval=1))

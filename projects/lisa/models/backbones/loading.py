@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os.path as osp
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -124,10 +125,13 @@ def _globs(keys: Sequence[str]) -> list[str]:
 
 #: Named sets of ``allow_new`` globs. ``'lisa_from_softmax'``: the tensors a LiSA attention has and a
 #: softmax attention lacks (the kernel attention's focusing ``scale``, ``positional_encoding`` and
-#: ``dwc``; LiSA's branch mix ``alpha`` and adaptive ``step_mlp``).
+#: ``dwc``; LiSA's branch mix ``alpha`` and adaptive ``step_mlp``). ``'dense_norms'``: the norms a dense
+#: Swin adds after stages 1-3, which an ImageNet classifier (official, mmpretrain's or this project's)
+#: does not have; they start as initialised, as when mmseg / mmdet load such a checkpoint.
 ALLOW_NEW_PRESETS: dict[str, tuple[str, ...]] = {
     'lisa_from_softmax': ('*.attn.scale', '*.attn.positional_encoding.*', '*.attn.dwc.*', '*.attn.alpha',
                           '*.attn.step_mlp.*'),
+    'dense_norms': ('norm0.*', 'norm1.*', 'norm2.*'),
 }
 #: Named sets of ``allow_mismatch`` globs: the layers of each task's head whose shape follows
 #: ``num_classes`` (mmseg's decode and auxiliary heads; mmdet's Mask R-CNN box and mask heads and
@@ -138,6 +142,10 @@ ALLOW_MISMATCH_PRESETS: dict[str, tuple[str, ...]] = {
                  'bbox_head.retina_cls.*'),
     'cls_head': ('head.fc.*', 'head.layers.head.*', 'head.layers.head_dist.*'),
 }
+#: What each preset of :data:`ALLOW_NEW_PRESETS` names, for the messages.
+PRESET_NAMES: dict[str, str] = {'lisa_from_softmax': "the kernel attention's own (LiSA's, FLatten's), which a softmax "
+                                                     "checkpoint lacks",
+                                'dense_norms': 'the output norms of stages 1-3 that a classifier lacks'}
 PRESETS: dict[str, dict[str, tuple[str, ...]]] = dict(
     allow_new=ALLOW_NEW_PRESETS, allow_mismatch=ALLOW_MISMATCH_PRESETS, allow_unused={})
 
@@ -173,12 +181,25 @@ MISMATCH_HINT = ('If the checkpoint was trained for other classes (fine-tuning) 
                  'model\'s initialisation, allow them')
 
 
-def _mismatch_globs(mismatched: Sequence[tuple[str, tuple, tuple]]) -> list[str]:
-    """A preset of :data:`ALLOW_MISMATCH_PRESETS` naming every mismatched key, else globs covering them."""
-    keys = [k for k, _, _ in mismatched]
-    presets = [name for name, globs in ALLOW_MISMATCH_PRESETS.items()
-               if all(any(fnmatch(k, g) for g in globs) for k in keys)]
-    return presets[:1] or _globs(keys)
+def _preset_or_globs(keys: Sequence[str], presets: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """The presets of ``presets`` that together cover every key (each covering one at least), else globs
+    covering them (for the hints)."""
+    covers = {name: {k for k in keys if any(fnmatch(k, g) for g in globs)} for name, globs in presets.items()}
+    chosen = [name for name, covered in covers.items() if covered]
+    return chosen if chosen and set().union(*(covers[n] for n in chosen)) == set(keys) else _globs(keys)
+
+
+def _lead(report: LoadReport, where: str) -> list[str]:
+    """The line that opens a refusal whose only problem presets of :data:`ALLOW_NEW_PRESETS` fix."""
+    presets = _preset_or_globs(report.missing, ALLOW_NEW_PRESETS) if report.missing else []
+    unused_refused = report.unexpected and where != 'init_cfg'  # init_cfg loads leave unused tensors unused
+    if report.mismatched or unused_refused or not presets or presets[0] not in ALLOW_NEW_PRESETS:
+        return []
+    how = (f"init_cfg=dict(type='Pretrained', checkpoint=..., allow_new={presets})" if where == 'init_cfg' else
+           f'--allow-new {" ".join(presets)}')
+    names = ' and '.join(PRESET_NAMES[p] for p in presets)
+    return [f'{report.model}: the {len(report.missing)} tensors {report.source} lacks are {names}, new by design: '
+            f'load it with {how}. The report:']
 
 
 def model_state_dict(ckpt: Mapping) -> Mapping[str, Tensor]:
@@ -212,15 +233,16 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor], source:
         hint = []
         if report.missing:
             hint.append(f'If the tensors not in the checkpoint are new by design, allow them: allow_new='
-                        f'{_globs(report.missing)}.')
+                        f'{_preset_or_globs(report.missing, ALLOW_NEW_PRESETS)} (tools/train.py / tools/test.py '
+                        '--allow-new).')
         if report.mismatched:
-            globs = _mismatch_globs(report.mismatched)
+            globs = _preset_or_globs([k for k, _, _ in report.mismatched], ALLOW_MISMATCH_PRESETS)
             hint.append(f'{MISMATCH_HINT}: allow_mismatch={globs} (tools/train.py --allow-mismatch '
                         f'{shlex.join(globs)}).')
         if report.unexpected:
             hint.append(f'If the unused tensors are unused by design, allow them: allow_unused='
                         f'{_globs(report.unexpected)}.')
-        raise IncompleteCheckpointError('\n'.join([str(report), *hint]), report)
+        raise IncompleteCheckpointError('\n'.join([*_lead(report, '--allow-new'), str(report), *hint]), report)
     skipped = {*report.ignored, *(k for k, _, _ in report.allowed_mismatch)}
     return report, {k: v for k, v in adapted.items() if k not in skipped}
 
@@ -252,6 +274,12 @@ def load_pretrained(model: nn.Module, checkpoint: str, prefix: str | None = None
     new by design, left as initialised) or, for a tensor of another shape, a glob of
     ``allow_mismatch`` (left as initialised).
     """
+    if not re.match(r'^[\w-]+://', checkpoint) and not osp.exists(checkpoint):
+        raise FileNotFoundError(
+            f'init_cfg checkpoint {checkpoint!r} does not exist. Pretrain the backbone with its '
+            "configs/classification config, or start from a softmax checkpoint (init_cfg's allow_new="
+            "['lisa_from_softmax']; each dense config of this project has a *_softmax-in1k-pre_* sibling); "
+            '`python tools/train.py CONFIG --dry-run` names both for a config')
     ckpt = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu', logger='current')
     state_dict = model_state_dict(ckpt)
     heads = sorted({k.split('.')[0] + '.' for k in state_dict if '.' in k})
@@ -272,10 +300,11 @@ def load_pretrained(model: nn.Module, checkpoint: str, prefix: str | None = None
         if report.missing:
             hint.append('If the tensors not in the checkpoint are new by design (e.g. LiSA\'s own weights when '
                         'starting from a softmax checkpoint), allow them in init_cfg: '
-                        f'allow_new={_globs(report.missing)}.')
+                        f'allow_new={_preset_or_globs(report.missing, ALLOW_NEW_PRESETS)}.')
         if report.mismatched:
-            hint.append(f'{MISMATCH_HINT} in init_cfg: allow_mismatch={_mismatch_globs(report.mismatched)}.')
-        raise IncompleteCheckpointError('\n'.join([str(report), *hint]), report)
+            globs = _preset_or_globs([k for k, _, _ in report.mismatched], ALLOW_MISMATCH_PRESETS)
+            hint.append(f'{MISMATCH_HINT} in init_cfg: allow_mismatch={globs}.')
+        raise IncompleteCheckpointError('\n'.join([*_lead(report, 'init_cfg'), str(report), *hint]), report)
     model.load_state_dict({k: converted[k] for k in report.loaded}, strict=False)
     print_log(str(report), logger='current', level=logging.INFO)
     return report
