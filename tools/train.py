@@ -29,6 +29,7 @@ from projects.lisa.engine.checkpoint_hook import ResumeConfigError, remove_parti
 from projects.lisa.engine.data_check import Runner, check_data_roots
 from projects.lisa.engine.data_problems import report
 from projects.lisa.engine.dist import setup_cpu_distributed
+from projects.lisa.engine.pretrained import missing_pretrained
 from projects.lisa.engine.resume import find_resumable_checkpoint
 from projects.lisa.engine.safe_runtime import add_allow_args, add_safe_runtime
 from projects.lisa.engine.split_check import check_config_data
@@ -117,6 +118,8 @@ def main() -> None:
         except ValueError as error:
             sys.exit(str(error))
     choose_resume(cfg, args.resume)
+    if not cfg.get('resume') and (missing := missing_pretrained(cfg)):
+        sys.exit(missing)
     try:
         check_data_roots(cfg, ('train_dataloader', 'val_dataloader'))
     except FileNotFoundError as error:

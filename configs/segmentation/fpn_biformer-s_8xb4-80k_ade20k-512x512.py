@@ -46,4 +46,5 @@ param_scheduler = [
     dict(type='CosineAnnealingLR', eta_min_ratio=1e-8, by_epoch=False, begin=0, end=max_iters),
 ]
 train_cfg = dict(max_iters=max_iters, val_interval=4000)
-default_hooks = dict(checkpoint=dict(interval=4000))
+# `--show-dir` (mmseg's test.py, `mim test`) draws every test image, not every 50th as mmseg's hook does by default.
+default_hooks = dict(checkpoint=dict(interval=4000), visualization=dict(interval=1))

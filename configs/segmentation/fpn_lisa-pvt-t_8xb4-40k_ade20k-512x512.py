@@ -29,3 +29,5 @@ optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=2e-4, weight_decay=1e-4),
     paramwise_cfg=_base_.no_decay)
 param_scheduler = [dict(type='PolyLR', eta_min=0.0, power=0.9, begin=0, end=40000, by_epoch=False)]
+# `--show-dir` (mmseg's test.py, `mim test`) draws every test image, not every 50th as mmseg's hook does by default.
+default_hooks = dict(visualization=dict(interval=1))
