@@ -67,8 +67,8 @@ def test_srun_line_of_train_and_test(slurm, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert recorded(slurm, 'srun.args') == [
         '-p', 'gpu', '--job-name=lisa', '--gres=gpu:8', '--ntasks=16', '--ntasks-per-node=8', '--cpus-per-task=4',
-        '--kill-on-bad-exit=1', '--quotatype=auto', '-x', 'node3',
-        sys.executable, '-u', str(ROOT / 'tools/train.py'), 'a.py', '--work-dir', 'work', '--launcher', 'slurm', '--amp']
+        '--kill-on-bad-exit=1', '--quotatype=auto', '-x', 'node3', sys.executable, '-u', str(ROOT / 'tools/train.py'),
+        'a.py', '--work-dir', 'work', '--launcher', 'slurm', '--amp']
     assert recorded(slurm, 'srun.pythonpath') == [f'{ROOT}{os.pathsep}{TESTS}']  # the repository first
 
     proc = script('slurm_train.sh', 'gpu', 'lisa', 'a.py', '--resume', env=slurm, cwd=tmp_path, SRUN_RECORD_ONLY='1',
