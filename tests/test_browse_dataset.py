@@ -75,6 +75,18 @@ def test_classification_samples_show_their_class(workspace, monkeypatch):
     assert 'gt_label' in sample.data_sample
 
 
+def test_the_task_follows_the_default_scope_else_the_library_of_the_dataset_type():
+    from projects.lisa.datasets.browse import task_scope
+    assert [task_scope(Config.fromfile(path)) for path in DEMOS.values()] == list(DEMOS)
+
+    def config(dataset: str, scope: str | None = None) -> Config:
+        return Config(dict(default_scope=scope, train_dataloader=dict(dataset=dict(type=dataset))))
+    assert task_scope(config('CocoDataset')) == 'mmdet' and task_scope(config('ImageNet')) == 'mmpretrain'
+    assert task_scope(config('ADE20KDataset', 'mmengine')) == 'mmseg'
+    with pytest.raises(ValueError, match="default_scope=None and dataset type 'MyData' belong to none of mmseg"):
+        task_scope(config('MyData'))
+
+
 def test_bad_input_is_named(workspace, monkeypatch, tmp_path):
     from projects.lisa.datasets.browse import browse as draw
     monkeypatch.chdir(workspace)

@@ -38,7 +38,9 @@ def task_scope(cfg: Config, loader: str = 'train_dataloader') -> str:
         return scope
     dataset_type = cfg[loader].dataset.get('type')
     for candidate in DRAWERS:
-        if dataset_type in importlib.import_module(f'{candidate}.registry').DATASETS.module_dict:
+        registry = importlib.import_module(f'{candidate}.registry').DATASETS
+        registry.import_from_location()  # the library's datasets register on import
+        if dataset_type in registry.module_dict:
             return candidate
     raise ValueError(f'cannot tell the task of this config: default_scope={scope!r} and dataset type '
                      f'{dataset_type!r} belong to none of {", ".join(DRAWERS)}')
