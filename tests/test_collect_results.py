@@ -203,15 +203,16 @@ def run_tool(*args: str) -> str:
 
 
 @pytest.mark.slow  # runs the tool in a subprocess (imports the mm packages)
-def test_tool_prints_every_table_marks_missing_rows_and_writes_json(tmp_path):
+def test_tool_prints_every_table_with_all_marks_missing_rows_and_writes_json(tmp_path):
     work_dir(tmp_path / 'runs', 'a', PVT_LISA_DET, test=coco(0.40, 0.60))
     work_dir(tmp_path / 'runs', 'odd', 'one_process', test={'mIoU': 1.0})
-    out = run_tool(str(tmp_path / 'runs'), '--json', str(tmp_path / 'r.json'))
+    out = run_tool(str(tmp_path / 'runs'), '--all', '--json', str(tmp_path / 'r.json'))
     assert all(f'### {table}:' in out for table in results.TABLES)
     # Table 4 (box AP, AP50, AP75, mask AP, AP50, AP75): ours / paper (ours - paper) where the paper has one
     lisa = '| PVT-T / LiSA | 40.00 / 40.50 (-0.50) | 60.00 | missing | 20.00 / 37.60 (-17.60) | missing | missing | 1 |'
     assert lisa in out
-    assert '| PVT-T / PVT-T | missing / 36.70 | missing | missing | missing / 35.10 | missing | missing | 0 |' in out
+    assert ('| PVT-T / PVT-T | missing (paper 36.70) | missing | missing | missing (paper 35.10) | missing | missing '
+            '| 0 |') in out
     assert '| PVT-T 224 / LiSA | 78.53 | missing | - | 0 |' in out  # one metric: paper, ours, difference
     assert 'not a row of the paper\'s tables' in out and 'one_process' in out
     written = json.loads((tmp_path / 'r.json').read_text())
@@ -219,6 +220,21 @@ def test_tool_prints_every_table_marks_missing_rows_and_writes_json(tmp_path):
     (ap50, ) = [e for e in written if (e['table'], e['row'], e['metric']) == ('Table 4', 'PVT-T / LiSA', 'box AP50')]
     assert (ap50['ours'], ap50['paper'], ap50['difference'], ap50['synthetic']) == (pytest.approx(60.0), None, None,
                                                                                      False)
+
+
+def test_tool_says_what_it_found_first_and_prints_only_the_rows_with_figures(tmp_path):
+    work_dir(tmp_path / 'runs', 'a', PVT_LISA_DET, test=coco(0.40, 0.60))
+    out = run_tool(str(tmp_path / 'runs'))
+    assert out.splitlines()[0] == f'1 runs found under {tmp_path / "runs"}; 1 table rows with figures.'
+    table_rows = [line for line in out.splitlines() if line.startswith('| ') and not line.startswith('| row |')]
+    assert table_rows == [
+        '| PVT-T / LiSA | 40.00 / 40.50 (-0.50) | 60.00 | missing | 20.00 / 37.60 (-17.60) | missing | missing | 1 |']
+    assert '### Table 4:' in out and '### Table 1:' not in out
+    # every row on request; a difference of rows the paper reports but no run gave reads as the paper's alone
+    everything = run_tool(str(tmp_path / 'runs'), '--all')
+    gain = next(line for line in everything.splitlines() if line.startswith('| PVT-T: LiSA - PVT-T |'))
+    assert gain.startswith('| PVT-T: LiSA - PVT-T | missing (paper +3.80) | missing (paper +3.70) |')
+    assert 'missing / ' not in everything
 
 
 @pytest.mark.slow  # runs the tool in a subprocess (imports the mm packages)

@@ -45,9 +45,17 @@ def test_dry_run_of_the_segmentation_demo_passes_and_prints_the_recipe(workspace
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     assert seconds < 120
+    # the verdict first, a screen of the tool's own lines; the libraries' output (the Runner's environment and
+    # config dump, their warnings) in the log the last line names
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert lines[0] == '[preflight] OK: the config builds, loads, reads its data and trains one finite step'
+    assert len(lines) < 40 and 'Warning' not in proc.stdout + proc.stderr
+    log = workspace / 'work_dirs' / SEG_DEMO.stem / 'preflight.log'
+    assert lines[-1].startswith("[preflight] the libraries' own output") and str(log) in lines[-1]
+    assert 'System environment:' in log.read_text() and 'UserWarning' in log.read_text()
     for stage in ('build the model', 'load the initial weights', 'read one batch of train_dataloader',
                   'read one batch of val_dataloader', 'read one batch of test_dataloader', 'one training step'):
-        assert f'[preflight] {stage}' in out
+        assert f'[preflight] {stage}: ok' in out
     assert "optimizer: OptimWrapper(type=AdamW, lr=0.0002, weight_decay=0.0001)" in out
     assert 'batch: 4 per GPU x 1 GPU(s) = 4 images per step' in out
     assert 'PolyLR(begin=0, end=150, by_epoch=False, eta_min=0.0, power=0.9)' in out
@@ -68,11 +76,18 @@ def test_dry_run_of_the_detection_demo_passes(workspace):
 def test_dry_run_fails_on_a_nonfinite_loss_and_gradients(workspace):
     proc, _ = dry_run(workspace, SEG_DEMO, '--cfg-options', 'model.decode_head.loss_decode.loss_weight=nan')
     assert proc.returncode == 1
-    assert 'FAILED non-finite loss' in proc.stdout
-    assert 'FAILED non-finite gradients in' in proc.stdout
+    lines = proc.stdout.splitlines()
+    found = [line for line in lines if line.startswith('  - ')]
+    assert lines[0] == f'[preflight] {len(found)} problem(s):' and lines[1:1 + len(found)] == found  # first
+    assert '  - one training step: non-finite loss loss=nan' in found
+    assert any(line.startswith('  - one training step: non-finite gradients in') for line in found)
+    assert '[preflight] one training step: FAILED' in lines
 
 
-def test_dry_run_fails_on_initial_weights_that_do_not_exist(workspace):
-    proc, _ = dry_run(workspace, SEG_DEMO, '--cfg-options', 'load_from=pretrain/missing.pth')
+def test_dry_run_fails_on_initial_weights_that_do_not_exist_and_shows_the_config_on_request(workspace):
+    proc, _ = dry_run(workspace, SEG_DEMO, '--show-config', '--cfg-options', 'load_from=pretrain/missing.pth')
     assert proc.returncode == 1
-    assert 'load_from pretrain/missing.pth: FileNotFoundError' in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[0] == '[preflight] 1 problem(s):'
+    assert lines[1].startswith('  - load_from pretrain/missing.pth: FileNotFoundError')
+    assert "load_from = 'pretrain/missing.pth'" in proc.stdout.split('[preflight] config:')[1]  # the config given

@@ -52,6 +52,17 @@ def test_mim_in_the_venv_runs_the_library_training_script(scope):
     assert 'the following arguments are required: config' in out.stderr
 
 
+def test_mim_and_mmengine_import_pkg_resources_without_a_warning():
+    # openmim imports pkg_resources on every command and mmengine reloads it in is_installed (config bases
+    # such as mmseg::); from setuptools 80.9 on each of these prints a UserWarning (tools/install.sh pins below).
+    out = subprocess.run([str(BIN / 'mim'), 'list'], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and 'mmsegmentation' in out.stdout
+    assert out.stderr == ''
+    code = 'from mmengine.utils import is_installed; assert is_installed("mmseg")'
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stderr) == (0, '')
+
+
 def test_mmcv_nms_runs_on_cpu_and_suppresses_the_overlapping_box():
     from mmcv.ops import nms
     boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 11., 11.], [20., 20., 30., 30.]])

@@ -29,8 +29,10 @@ pip_install() {
 }
 
 log "torch, OpenMMLab packages, build tools"
-# mmcv's setup.py imports pkg_resources (removed in setuptools 82).
-pip_install 'setuptools<82' wheel -r "${ROOT}/requirements.txt"
+# mmcv's setup.py imports pkg_resources (removed in setuptools 82), and openmim and mmengine import
+# it on every mim command; from setuptools 80.9 on that import prints a UserWarning each time (before,
+# a DeprecationWarning, shown where asked for: python -W default). torch needs setuptools >= 77.0.3.
+pip_install 'setuptools<80.9' wheel -r "${ROOT}/requirements.txt"
 
 if ! "${PY}" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '${MMCV_VERSION}'" 2>/dev/null; then
     mkdir -p "${WHEELS}"

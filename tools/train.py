@@ -6,14 +6,15 @@ runtime):
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT] [--override-optim] [--accept-changes]]
                           [--allow-new GLOB ...] [--allow-unused GLOB ...] [--allow-mismatch GLOB ...]
-                          [--amp] [--check-data] [--dry-run]
+                          [--amp] [--check-data] [--dry-run [--show-config]]
     torchrun --nproc_per_node N tools/train.py CONFIG --launcher pytorch
 
 ``--dry-run`` builds the model, loads its weights, reads one batch of each data
-loader, trains one step, checks that everything is finite, prints the recipe and
-exits (non-zero on any problem). Every run gets the hooks of
-``configs/_base_/safe_runtime.py`` (crash-safe checkpoints, exact resume,
-stop on non-finite values) if its config does not list them already.
+loader, trains one step, checks that everything is finite, prints its verdict and
+the recipe (the whole config with ``--show-config``) and exits (non-zero on any
+problem). Every run gets the hooks of ``configs/_base_/safe_runtime.py``
+(crash-safe checkpoints, exact resume, stop on non-finite values) if its config
+does not list them already.
 """
 from __future__ import annotations
 
@@ -61,10 +62,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--dry-run', action='store_true',
                         help='preflight: build, load weights, read one batch per loader, train one step, print the '
                              'recipe, exit non-zero on any problem')
+    parser.add_argument('--show-config', action='store_true', help='with --dry-run, also print the whole config')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config entries, key=value')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args()
+    if args.show_config and not args.dry_run:
+        parser.error('--show-config goes with --dry-run')
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args
 
@@ -132,7 +136,7 @@ def main() -> None:
         print(f'--check-data: {report(problems) if problems else "all samples valid"}')
     if args.dry_run:
         from projects.lisa.engine.preflight import preflight
-        sys.exit(1 if preflight(cfg) else 0)
+        sys.exit(1 if preflight(cfg, show_config=args.show_config) else 0)
     if os.environ.get('RANK', '0') == '0' and osp.isdir(cfg.work_dir):
         remove_partial_saves(cfg.work_dir, lambda line: print(line, file=sys.stderr))  # room for the new log
     setup_cpu_distributed(cfg)

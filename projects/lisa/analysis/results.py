@@ -1,8 +1,9 @@
 """The paper's result tables as data, the runs' own metric files, and the two side by side.
 
-``tools/collect_results.py`` prints every table this project can reproduce
+``tools/collect_results.py`` prints the tables this project can reproduce
 (Tables 1-8, Fig. 3, supp. Table 13): per row and metric the paper's value,
-ours and the difference, ``missing`` where no run of the row was found.
+ours and the difference; the rows that have a run (:func:`rows_with_figures`),
+or every row, ``missing`` where no run of the row was found.
 
 **Which run is which row.** A run is an MMEngine work dir: the folder where
 ``tools/train.py`` / ``mim train`` (or ``test``) dumped its config file
@@ -390,6 +391,12 @@ def _number(value: float | None, std: float | None = None, signed: bool = False)
     return f'{text} +- {std:.2f}' if std is not None else text
 
 
+def rows_with_figures(entries: Sequence[Entry]) -> list[Entry]:
+    """The entries of the rows (of a table) for which at least one metric has a figure of ours."""
+    found = {(e.table, e.row) for e in entries if e.ours is not None}
+    return [e for e in entries if (e.table, e.row) in found]
+
+
 def _cells(e: Entry) -> tuple[str, str, str]:
     """Paper, ours ('missing' without a run) and ours - paper ('-' where there is none) of one entry."""
     ours = 'missing' if e.ours is None else _number(e.ours, e.ours_std, signed=e.gain)
@@ -397,7 +404,9 @@ def _cells(e: Entry) -> tuple[str, str, str]:
 
 
 def _joined(paper: str, ours: str, difference: str) -> str:
-    """``ours / paper (difference)``, leaving out what is not there."""
+    """``ours / paper (difference)``, leaving out what is not there; ``missing (paper X)`` without ours."""
+    if ours == 'missing':
+        return ours if paper == '-' else f'missing (paper {paper})'
     text = ours if paper == '-' else f'{ours} / {paper}'
     return text if difference == '-' else f'{text} ({difference})'
 

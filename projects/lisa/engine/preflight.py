@@ -11,8 +11,9 @@ In one process, on the machine at hand, and in this order:
    each parameter actually gets, batch per GPU x GPUs, schedule, crop /
    resize sizes and the stochastic-depth and dropout rates.
 
-Every problem is collected and printed; :func:`preflight` returns them, and the
-tool exits non-zero when there is any.
+Every problem is collected and printed, first, with the verdict; :func:`preflight`
+returns them, and the tool exits non-zero when there is any. The libraries' own
+output (the Runner's environment and config dump, warnings) goes to a log file.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import torch
 from mmengine.config import Config
 from mmengine.optim import OptimWrapper
 
+from .library_output import library_output_to
 from .nonfinite import nonfinite_tensors
 
 SIZE_KEYS = ('crop_size', 'scale', 'img_scale', 'size')
@@ -96,25 +98,29 @@ def recipe(cfg: Config, optim_wrapper=None, model: torch.nn.Module | None = None
 class _Stages:
     """Runs the preflight stages in order; a failed stage is recorded and the stages that need it are skipped."""
 
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.say, self.problems = say, []
+    def __init__(self) -> None:
+        self.lines: list[str] = []  # one per stage, said after the verdict and its problems
+        self.problems: list[str] = []
 
-    def __call__(self, name: str, fn: Callable[[], object]):
-        self.say(f'[preflight] {name} ...')
+    def __call__(self, name: str, fn: Callable[[], object], returns_problems: bool = False):
+        """``fn()``, or None if it raised; with ``returns_problems``, ``fn`` returns the problems it found."""
         try:
-            return fn()
+            result = fn()
         except Exception as error:  # the run would fail here: report it and go on where possible
-            self.problems.append(f'{name}: {type(error).__name__}: {error}')
-            self.say(f'[preflight] FAILED {self.problems[-1]}')
-            return None
+            result, found = None, [f'{type(error).__name__}: {error}']
+        else:
+            found = list(result or []) if returns_problems else []
+        self.problems += [f'{name}: {problem}' for problem in found]
+        self.lines.append(f'[preflight] {name}: {"FAILED" if found else "ok"}')
+        return result
 
 
 def _one_batch(runner, cfg: Config, loader: str):
     return next(iter(runner.build_dataloader(copy.deepcopy(cfg[loader]), seed=runner.seed)))
 
 
-def _train_step(runner, cfg: Config, batch) -> list[str]:
-    """One optimizer step; the problems of its loss, gradients and updated weights."""
+def _train_step(runner, cfg: Config, batch, lines: list[str]) -> list[str]:
+    """One optimizer step, its losses added to ``lines``; the problems of its loss, gradients and updated weights."""
     runner.optim_wrapper = runner.build_optim_wrapper(copy.deepcopy(cfg.optim_wrapper))
     if cfg.get('param_scheduler'):
         runner.param_schedulers = runner.build_param_scheduler(copy.deepcopy(cfg.param_scheduler))
@@ -129,53 +135,70 @@ def _train_step(runner, cfg: Config, batch) -> list[str]:
         log_vars = model.train_step(batch, optim_wrapper=runner.optim_wrapper)
     finally:
         handle.remove()
+    log_vars = {k: torch.as_tensor(v).detach() for k, v in log_vars.items()}
     problems = [f'non-finite loss {k}={float(v)}' for k, v in log_vars.items()
-                if torch.as_tensor(v).numel() == 1 and not math.isfinite(float(v))]
+                if v.numel() == 1 and not math.isfinite(float(v))]
     if grads:
         problems.append(f'non-finite gradients in {len(grads)} parameters (first: {grads[:3]})')
     weights = nonfinite_tensors(model.state_dict().items())
     if weights:
         problems.append(f'{len(weights)} weights non-finite after one step (first: {weights[:3]})')
-    runner.logger.info('[preflight] one step: ' + ', '.join(f'{k}={float(v):.4f}' for k, v in log_vars.items()))
+    losses = ', '.join(f'{k}={float(v):.4f}' for k, v in log_vars.items() if v.numel() == 1)
+    lines.append(f'[preflight] losses of the training step: {losses}')
     return problems
 
 
-def preflight(cfg: Config, say: Callable[[str], None] = print) -> list[str]:
-    """Check that ``cfg`` trains (see the module docstring); return the problems found."""
+def preflight(cfg: Config, say: Callable[[str], None] = print, show_config: bool = False) -> list[str]:
+    """Check that ``cfg`` trains (see the module docstring); return the problems found.
+
+    Says the verdict first, then each stage and the recipe (the full config too with ``show_config``).
+    What the libraries print meanwhile (the Runner's environment and config, their warnings) goes to
+    ``preflight.log`` in ``cfg.work_dir``, which the last line names.
+    """
     from .data_check import Runner
+    log_file = os.path.join(cfg.work_dir, 'preflight.log')
+    config_text = cfg.pretty_text if show_config else ''
     cfg = copy.deepcopy(cfg)
     cfg.launcher = 'none'
     cfg.resume = False
     for loader in LOADERS:  # the same datasets and pipelines, read in this process
         if cfg.get(loader):
             cfg[loader].update(num_workers=0, persistent_workers=False)
-    stage = _Stages(say)
-    with tempfile.TemporaryDirectory(prefix='preflight-') as work_dir:
+    stage = _Stages()
+    recipe_lines: list[str] = []
+    with tempfile.TemporaryDirectory(prefix='preflight-') as work_dir, library_output_to(log_file):
         cfg.work_dir = work_dir
         runner = stage('build the model', lambda: Runner.from_cfg(cfg))
-        if runner is None:
-            return stage.problems
-        stage('load the initial weights', lambda: runner.model.init_weights())
-        if cfg.load_from:
-            stage(f'load_from {cfg.load_from}', lambda: runner.load_checkpoint(cfg.load_from))
-        batches = {}
-        for loader in LOADERS:
-            if cfg.get(loader):
-                batches[loader] = stage(f'read one batch of {loader}',
-                                        lambda loader=loader: _one_batch(runner, cfg, loader))
-        train = batches.get('train_dataloader')
-        if train is not None:
-            problems = stage('one training step', lambda: _train_step(runner, cfg, train))
-            for problem in problems or []:
-                stage.problems.append(f'one training step: {problem}')
-                say(f'[preflight] FAILED {problem}')
-        model = runner.model
-        lines = stage('the recipe', lambda: recipe(cfg, runner.optim_wrapper, model, train))
-        say('[preflight] recipe:')
-        for line in lines or []:
-            say('  ' + line)
+        if runner is not None:
+            stage('load the initial weights', lambda: runner.model.init_weights())
+            if cfg.load_from:
+                stage(f'load_from {cfg.load_from}', lambda: runner.load_checkpoint(cfg.load_from))
+            batches = {}
+            for loader in LOADERS:
+                if cfg.get(loader):
+                    batches[loader] = stage(f'read one batch of {loader}',
+                                            lambda loader=loader: _one_batch(runner, cfg, loader))
+            train = batches.get('train_dataloader')
+            if train is not None:
+                stage('one training step', lambda: _train_step(runner, cfg, train, stage.lines), returns_problems=True)
+            model = runner.model
+            recipe_lines = stage('the recipe', lambda: recipe(cfg, runner.optim_wrapper, model, train)) or []
     say('[preflight] ' + ('OK: the config builds, loads, reads its data and trains one finite step'
                           if not stage.problems else f'{len(stage.problems)} problem(s):'))
     for problem in stage.problems:
         say(f'  - {problem}')
+    for line in stage.lines:
+        say(line)
+    if recipe_lines:
+        say('[preflight] recipe:')
+        for line in recipe_lines:
+            say('  ' + line)
+    if show_config:
+        say('[preflight] config:')
+        say(config_text)
+    with open(log_file, errors='replace') as log:
+        text = log.read()
+    warned = text.count('Warning:') + text.count('WARNING')
+    say(f"[preflight] the libraries' own output (the Runner's environment and config, {warned} warnings; "
+        f'{len(text.splitlines())} lines): {log_file}' + ('' if show_config else '; the config here: --show-config'))
     return stage.problems
