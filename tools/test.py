@@ -1,10 +1,13 @@
 """Evaluate a checkpoint of any LiSA config with MMEngine (mIoU, box/mask AP, top-k).
 
-    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--allow-new GLOB ...] [--allow-unused GLOB ...]
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--show-dir DIR] [--out PATH]
+                         [--allow-new GLOB ...] [--allow-unused GLOB ...]
 
 Every tensor of the model must come from CHECKPOINT, and every tensor of CHECKPOINT must be
 used, except those the ``--allow-*`` globs name (the report of
-``projects.lisa.models.backbones.loading.check_state_dict``).
+``projects.lisa.models.backbones.loading.check_state_dict``). ``--show-dir`` draws every test
+image (ground truth beside prediction), ``--out`` keeps the predictions in the library's format
+(``projects/lisa/engine/predictions.py``).
     torchrun --nproc_per_node N tools/test.py CONFIG CHECKPOINT --launcher pytorch
 """
 from __future__ import annotations
@@ -18,6 +21,7 @@ from mmengine.config import Config, DictAction
 
 from projects.lisa.engine.data_check import Runner, check_data_roots
 from projects.lisa.engine.dist import setup_cpu_distributed
+from projects.lisa.engine.predictions import dump_predictions, show_predictions
 from projects.lisa.engine.safe_runtime import add_allow_args, add_safe_runtime
 from projects.lisa.registry import legacy_imports, register_all_modules
 
@@ -27,6 +31,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('config', help='config file')
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--work-dir', help='where logs and metrics go (default: work_dirs/<config>)')
+    parser.add_argument('--show-dir', help='draw every test image, ground truth beside prediction, into this folder')
+    parser.add_argument('--out', help='keep the predictions: label-map PNGs in this folder (segmentation), '
+                                      'a .pkl file (detection, classification)')
     add_allow_args(parser)
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config entries, key=value')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
@@ -56,8 +63,17 @@ def main() -> None:
         check_data_roots(cfg, ('test_dataloader', ))
     except FileNotFoundError as error:
         sys.exit(str(error))
+    try:
+        if args.show_dir:
+            show_predictions(cfg, args.show_dir)
+        dump = dump_predictions(cfg, args.out) if args.out else None
+    except ValueError as error:
+        sys.exit(str(error))
     setup_cpu_distributed(cfg)
-    Runner.from_cfg(cfg).test()
+    runner = Runner.from_cfg(cfg)
+    if dump:
+        dump(runner)
+    runner.test()
 
 
 if __name__ == '__main__':
