@@ -10,6 +10,7 @@ file; a stale ``.tmp`` is removed at start.
 from __future__ import annotations
 
 import errno
+import os.path as osp
 from collections import namedtuple
 
 import engine_toy
@@ -52,7 +53,7 @@ def test_a_save_that_fails_half_way_removes_its_partial_file(tmp_path, monkeypat
     real_save = mm_runner.save_checkpoint
 
     def half_then_full(checkpoint, filename, **kwargs):
-        if filename.endswith('iter_4.pth.tmp'):
+        if osp.basename(filename).startswith('iter_4.pth.'):
             with open(filename, 'wb') as f:
                 f.write(b'\0' * 1000)
             raise OSError(errno.ENOSPC, 'No space left on device')

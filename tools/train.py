@@ -32,6 +32,7 @@ from projects.lisa.engine.dist import setup_cpu_distributed
 from projects.lisa.engine.resume import find_resumable_checkpoint
 from projects.lisa.engine.safe_runtime import add_allow_args, add_safe_runtime
 from projects.lisa.engine.split_check import check_config_data
+from projects.lisa.engine.work_dir_lock import WorkDirLockedError, lock_work_dir
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError
 from projects.lisa.registry import legacy_imports, register_all_modules
 
@@ -130,7 +131,11 @@ def main() -> None:
     if args.dry_run:
         from projects.lisa.engine.preflight import preflight
         sys.exit(1 if preflight(cfg) else 0)
-    if os.environ.get('RANK', '0') == '0' and osp.isdir(cfg.work_dir):
+    if os.environ.get('RANK', '0') == '0':  # one run per work dir, before anything is written there
+        try:
+            lock_work_dir(cfg.work_dir, lambda line: print(line, file=sys.stderr))
+        except WorkDirLockedError as error:
+            sys.exit(str(error))
         remove_partial_saves(cfg.work_dir, lambda line: print(line, file=sys.stderr))  # room for the new log
     setup_cpu_distributed(cfg)
     try:

@@ -10,8 +10,8 @@ MMEngine's arguments and file names and changes the order of a save:
    disk has no room for (:class:`NoSpaceForCheckpointError`: the previous checkpoint's size, or before
    the first one the size of the model's and optimizer's tensors, plus a margin must be free; checked
    also when a run starts, and a write that fills the disk ends with the same message);
-2. write ``<name>.tmp``, ``fsync`` it, rename it to ``<name>`` and ``fsync`` the folder (a write
-   that fails removes its ``.tmp``);
+2. write ``<name>.<run>.tmp`` (a name of this run's own), ``fsync`` it, rename it to ``<name>`` and
+   ``fsync`` the folder (a write that fails removes its ``.tmp``);
 3. replace ``last_checkpoint`` the same way, so it only ever names a complete file;
 4. only then delete the checkpoints beyond ``max_keep_ckpts``.
 
@@ -21,7 +21,8 @@ training, so a resumed run is the uninterrupted run, bit for bit.
 
 :class:`SafeRuntimeHook` (listed in ``configs/_base_/safe_runtime.py``) turns the
 ``CheckpointHook`` that the mm base configs declare into this one, so a config
-need not repeat ``default_hooks``.
+need not repeat ``default_hooks``. It also takes the work dir of a training run for that run alone
+(:mod:`.work_dir_lock`), before any other hook writes to it.
 """
 from __future__ import annotations
 
@@ -31,22 +32,27 @@ import glob
 import os
 import os.path as osp
 import re
+import secrets
 import shutil
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import torch
-from mmengine.dist import all_gather_object, get_rank, get_world_size, is_main_process
+from mmengine.dist import all_gather_object, broadcast_object_list, get_rank, get_world_size, is_main_process
 from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
-from mmengine.runner import IterBasedTrainLoop
+from mmengine.runner import BaseLoop, IterBasedTrainLoop
 
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError, check_state_dict, model_state_dict
 
 from .nonfinite import NonFiniteError, nonfinite_tensors
 from .resume import RestoreAfterReplay, optimizer_types, resume_changes, rng_state, set_rng_state
+from .work_dir_lock import WorkDirLockedError, lock_work_dir, release_work_dir
+
+#: The suffix of this process's partial files: two processes never write the same temporary file.
+TMP_SUFFIX = f'.{os.getpid()}-{secrets.token_hex(2)}.tmp'
 
 
 def fsync_path(path: str) -> None:
@@ -66,9 +72,9 @@ def publish(tmp: str, path: str) -> None:
 
 
 def write_text_atomically(path: str, text: str) -> None:
-    with open(path + '.tmp', 'w') as f:
+    with open(path + TMP_SUFFIX, 'w') as f:
         f.write(text)
-    publish(path + '.tmp', path)
+    publish(path + TMP_SUFFIX, path)
 
 
 def remove_partial_saves(folder: str, log=print) -> None:
@@ -185,18 +191,18 @@ class SafeCheckpointHook(CheckpointHook):
         runner.message_hub.update_info('last_ckpt', self.last_ckpt)
         try:
             runner.save_checkpoint(
-                self.out_dir, filename + '.tmp', self.file_client_args, save_optimizer=self.save_optimizer,
+                self.out_dir, filename + TMP_SUFFIX, self.file_client_args, save_optimizer=self.save_optimizer,
                 save_param_scheduler=self.save_param_scheduler, meta=meta, by_epoch=self.by_epoch,
                 backend_args=self.backend_args, **self.args)
         except BaseException as error:  # a full disk, a kill: the partial file goes, the kept checkpoints stay
-            if is_main_process() and osp.isfile(self.last_ckpt + '.tmp'):
-                os.remove(self.last_ckpt + '.tmp')
+            if is_main_process() and osp.isfile(self.last_ckpt + TMP_SUFFIX):
+                os.remove(self.last_ckpt + TMP_SUFFIX)
             if isinstance(error, OSError) and error.errno == errno.ENOSPC:
                 raise self._no_space(filename, space, f': the disk filled up during the save ({error})') from error
             raise
         if not is_main_process():
             return
-        publish(self.last_ckpt + '.tmp', self.last_ckpt)
+        publish(self.last_ckpt + TMP_SUFFIX, self.last_ckpt)
         write_text_atomically(osp.join(runner.work_dir, 'last_checkpoint'), self.last_ckpt)
         self._remove(outdated)
 
@@ -250,7 +256,9 @@ def lr_summary(lrs: Sequence[float]) -> str:
 class SafeRuntimeHook(Hook):
     """Checkpoints saved safely and loaded strictly, and a resume that does what its config says.
 
-    - ``before_run``: turns the run's plain ``CheckpointHook`` into a
+    - ``before_run`` of a training run: takes its work dir (:func:`~.work_dir_lock.lock_work_dir`, by the
+      main process; every process stops with :class:`~.work_dir_lock.WorkDirLockedError` while another
+      run holds it), released ``after_run``; turns the run's plain ``CheckpointHook`` into a
       :class:`SafeCheckpointHook` with the same settings (a custom hook because the mm
       base configs already define ``default_hooks``; the class of the instance, which
       has no state of its own to add, is switched before any save or load). On a
@@ -283,6 +291,8 @@ class SafeRuntimeHook(Hook):
         self._replay_schedule = False
 
     def before_run(self, runner) -> None:
+        if isinstance(runner._train_loop, BaseLoop):  # built by Runner.train() only, before this call
+            self._lock(runner)
         for hook in runner.hooks:
             if type(hook) is CheckpointHook:
                 hook.__class__ = SafeCheckpointHook
@@ -294,6 +304,23 @@ class SafeRuntimeHook(Hook):
                     runner.logger.info(f'resuming from {runner._load_from}: {name}.init_cfg '
                                        f'({init_cfg.get("checkpoint")}) skipped, the checkpoint restores every tensor')
                     module.init_cfg = None
+
+    def _lock(self, runner) -> None:
+        """Lock the work dir in the main process; raise in every process if another run holds it."""
+        refusal = [None]
+        if is_main_process():
+            try:
+                self._locked = lock_work_dir(runner.work_dir, runner.logger.warning)
+            except WorkDirLockedError as error:
+                refusal = [str(error)]
+        broadcast_object_list(refusal)
+        if refusal[0] is not None:
+            raise WorkDirLockedError(refusal[0])
+
+    def after_run(self, runner) -> None:
+        if getattr(self, '_locked', None):
+            release_work_dir(runner.work_dir)
+            self._locked = None
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         source = runner._load_from or 'the checkpoint resumed from'
