@@ -29,7 +29,7 @@ from projects.lisa.engine.checkpoint_hook import ResumeConfigError, remove_parti
 from projects.lisa.engine.data_check import Runner, check_data_roots
 from projects.lisa.engine.data_problems import report
 from projects.lisa.engine.dist import setup_cpu_distributed
-from projects.lisa.engine.resume import find_resumable_checkpoint
+from projects.lisa.engine.resume import checkpoint_problem, find_resumable_checkpoint
 from projects.lisa.engine.safe_runtime import add_allow_args, add_safe_runtime
 from projects.lisa.engine.split_check import check_config_data
 from projects.lisa.engine.work_dir_lock import WorkDirLockedError, lock_work_dir
@@ -50,10 +50,6 @@ def parse_args() -> argparse.Namespace:
                         help='on --resume, continue with the changed settings the resume lists (model / data as '
                              'configured, optimizer and schedule as restored unless --override-optim)')
     add_allow_args(parser)
-    parser.add_argument('--allow-mismatch', nargs='+', metavar='GLOB',
-                        help="tensors of the model whose shape in the load_from checkpoint differs, e.g. a head "
-                             "trained for other classes (fnmatch globs, or a preset: 'seg_head', 'det_head', "
-                             "'cls_head'); left as initialised")
     parser.add_argument('--amp', action='store_true',
                         help='automatic mixed precision (fp16 on CUDA, bf16 autocast on a CPU)')
     parser.add_argument('--check-data', action='store_true',
@@ -75,6 +71,8 @@ def choose_resume(cfg: Config, resume: str | None) -> None:
         return
     cfg.resume = True
     if resume != 'auto':
+        if problem := checkpoint_problem(resume):
+            sys.exit(f'--resume: cannot resume from {resume}: {problem}')
         cfg.load_from = resume
         return
     path, skipped = find_resumable_checkpoint(cfg.work_dir)
