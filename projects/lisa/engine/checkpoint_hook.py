@@ -8,7 +8,8 @@ MMEngine's arguments and file names and changes the order of a save:
 
 1. refuse to save non-finite weights (:class:`~.nonfinite.NonFiniteError`), and refuse a save the
    disk has no room for (:class:`NoSpaceForCheckpointError`: the previous checkpoint's size, or before
-   the first one the size of the model's and optimizer's tensors, plus a margin must be free; checked
+   the first one the size of the model's and optimizer's tensors (the optimizer's as its first step makes
+   them), plus a margin must be free; checked
    also when a run starts, and a write that fills the disk ends with the same message);
 2. write ``<name>.<run>.tmp`` (a name of this run's own), ``fsync`` it, rename it to ``<name>`` and
    ``fsync`` the folder (a write that fails removes its ``.tmp``);
@@ -99,6 +100,34 @@ def state_bytes(state) -> int:
     return 0
 
 
+def first_step_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """The bytes of the state that the first ``step`` of ``optimizer`` creates (AdamW: two moments of each
+    trained parameter and its step count), from one step of the same optimizer on meta-device copies of the
+    parameters (no memory, no change to the model); twice the trained parameters' bytes (the Adam family's
+    moments) for an optimizer that cannot step there."""
+    trained = [[p for p in group['params'] if p.requires_grad] for group in optimizer.param_groups]
+    twins = [[torch.empty_like(p, device='meta') for p in params] for params in trained]
+    for twin in (t for group in twins for t in group):
+        twin.grad = torch.empty_like(twin)
+    groups = [{**{k: v for k, v in group.items() if k != 'params'}, 'params': params}
+              for group, params in zip(optimizer.param_groups, twins)]
+    try:
+        twin = type(optimizer)(groups)
+        with torch.no_grad():
+            twin.step()
+        return state_bytes(twin.state_dict()['state'])
+    except Exception:  # an optimizer that needs other arguments, or real values
+        return 2 * sum(p.nbytes for params in trained for p in params)
+
+
+def optimizer_bytes(optim_wrapper) -> int:
+    """The bytes of an optim wrapper's state in a checkpoint; an optimizer that has not stepped yet counted
+    with the state its first step creates (:func:`first_step_state_bytes`)."""
+    wrappers = getattr(optim_wrapper, 'optim_wrappers', {'': optim_wrapper})  # an OptimWrapperDict, or one
+    return state_bytes(optim_wrapper.state_dict()) + sum(
+        first_step_state_bytes(w.optimizer) for w in wrappers.values() if not w.optimizer.state)
+
+
 #: Free space asked for beyond the size of the previous checkpoint: it grows a little as the
 #: message hub's history grows.
 SPACE_MARGIN = 0.05
@@ -125,15 +154,16 @@ class SafeCheckpointHook(CheckpointHook):
 
     def _space_needed(self, runner) -> tuple[int, str]:
         """The free bytes the next checkpoint needs (its estimated size plus the margin), and the estimate's basis:
-        the previous checkpoint's size, else the bytes of the model's and optimizer's tensors."""
+        the previous checkpoint's size, else the bytes of the model's and optimizer's tensors (before the first
+        step, those it will create: :func:`optimizer_bytes`)."""
         previous = self._previous_checkpoint(runner)
         if previous:
             size = osp.getsize(previous)
             basis = f'the previous checkpoint took {size} bytes'
         else:
             model = runner.model.module if is_model_wrapper(runner.model) else runner.model
-            size = state_bytes(model.state_dict()) + (state_bytes(runner.optim_wrapper.state_dict())
-                                                      if self.save_optimizer else 0)
+            size = state_bytes(model.state_dict()) + (optimizer_bytes(runner.optim_wrapper) if self.save_optimizer
+                                                      else 0)
             basis = f'the model and optimizer state take {size} bytes'
         return int(size * (1 + SPACE_MARGIN)) + SPACE_MARGIN_BYTES, basis
 
