@@ -160,3 +160,20 @@ def test_two_runs_started_together_one_trains_the_other_stops_naming_it(tmp_path
                                                                      'toy.py']
     for name in ('iter_2.pth', 'iter_4.pth'):
         assert torch.load(work / name, weights_only=False)['meta']['seed'] == winner
+
+
+def test_a_killed_process_not_yet_reaped_does_not_keep_the_lock(tmp_path):
+    """A zombie keeps its pid and /proc entry until its parent reaps it (a killed torchrun's workers, where
+    nothing reaps orphans): it runs no more."""
+    zombie = subprocess.Popen(['sleep', '0.5'])
+    identity = process_start(zombie.pid)  # while it runs
+    deadline = time.monotonic() + 10
+    while Path(f'/proc/{zombie.pid}/stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z':  # exited, not waited
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    write_lock(tmp_path, pid=zombie.pid, process_start=identity)
+    assert process_start(zombie.pid) is None
+    lock_work_dir(str(tmp_path), lambda line: None)
+    assert json.loads((tmp_path / LOCK_NAME).read_text())['pid'] == os.getpid()
+    release_work_dir(str(tmp_path))
+    zombie.wait()

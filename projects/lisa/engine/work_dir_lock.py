@@ -43,11 +43,12 @@ def _boot_id() -> str:
 
 def process_start(pid: int) -> str | None:
     """An identity of the process ``pid`` that a reused pid does not share (boot id and start time in clock
-    ticks on Linux; ``''`` where the system gives none), or ``None`` if no process ``pid`` runs."""
+    ticks on Linux; ``''`` where the system gives none), or ``None`` if no process ``pid`` runs (a zombie,
+    killed but not reaped, runs no more)."""
     try:
         with open(f'/proc/{pid}/stat') as f:
-            stat = f.read()
-        return f'{_boot_id()}:{stat.rsplit(")", 1)[1].split()[19]}'  # field 22, after the command name
+            fields = f.read().rsplit(')', 1)[1].split()  # after the command name: state is field 3, start 22
+        return None if fields[0] in 'ZX' else f'{_boot_id()}:{fields[19]}'
     except FileNotFoundError:
         return None
     except OSError:  # no /proc (macOS): only whether the pid exists
