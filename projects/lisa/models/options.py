@@ -111,11 +111,9 @@ def check_options(cls: type, options: Mapping[str, object], name: str | None = N
 
 
 class UnknownOptionError(TypeError):
-    """A constructor got an option it does not take; ``option`` is its name."""
+    """A constructor got an option it does not take; ``option`` is its name (``None`` where not known)."""
 
-    def __init__(self, message: str, option: str) -> None:
-        super().__init__(message)
-        self.option = option
+    option: str | None = None
 
 
 def option_names(cls: type) -> list[str]:
@@ -138,7 +136,9 @@ def unknown_option(cls: type, name: str, option: str, value: object) -> UnknownO
     valid = option_names(cls)
     close = difflib.get_close_matches(option, valid, n=3, cutoff=0.6)
     nearest = f'did you mean {" or ".join(close)}? ' if close else ''
-    return UnknownOptionError(f'{name}: unknown option {option}={value!r}; {nearest}valid options: {valid}', option)
+    error = UnknownOptionError(f'{name}: unknown option {option}={value!r}; {nearest}valid options: {valid}')
+    error.option = option
+    return error
 
 
 def _as_int(hint: object, value: object) -> object:
