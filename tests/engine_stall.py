@@ -10,6 +10,8 @@ save must go through, so they apply to MMEngine's ``CheckpointHook`` as well:
 * ``published``: ``last_checkpoint`` has just been made to name the target;
 * ``remove``: the target (an old checkpoint) is about to be deleted;
 * ``iteration``: iteration ``target`` is done (and saved, if due), the next one not begun (every process).
+
+With ``STALL_RELEASE`` set, the process goes on once that file exists.
 """
 from __future__ import annotations
 
@@ -26,8 +28,11 @@ TRAIN = str(Path(__file__).resolve().parents[1] / 'tools' / 'train.py')
 
 
 def stall() -> None:
+    """Print ``STALLED`` and wait: for a kill, or until the file ``STALL_RELEASE`` names exists (then go on)."""
     print('STALLED', flush=True)
-    time.sleep(600)
+    release, deadline = os.environ.get('STALL_RELEASE'), time.monotonic() + 600
+    while time.monotonic() < deadline and not (release and os.path.exists(release)):
+        time.sleep(0.05)
 
 
 put, replace, remove = LocalBackend.put, os.replace, os.remove

@@ -10,6 +10,7 @@ the hooks) combines with every demo config as a second base and its hooks build.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -46,8 +47,26 @@ def train(config: Path, *args: str, timeout: float = 300) -> subprocess.Complete
                           env=environment(), capture_output=True, text=True, timeout=timeout)
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes started by ``pid``, and by those, ... (torchrun's workers run in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path('/proc').glob('[0-9]*/stat'):
+        try:
+            ppid = int(stat.read_text().rsplit(')', 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
 def kill_at(config: Path, point: str, target: str, *args: str, command: list[str] | None = None) -> str:
-    """Run training until it stalls at ``point`` / ``target``, SIGKILL it (its whole process group); the output."""
+    """Run training until it stalls at ``point`` / ``target``, SIGKILL it (its whole process group and every
+    process it started, as a crash or a pre-empted job ends them all); the output."""
     log = config.parent / f'killed-{point}.log'
     command = command or [sys.executable, str(TESTS / 'engine_stall.py')]
     with open(log, 'w') as out:
@@ -58,7 +77,11 @@ def kill_at(config: Path, point: str, target: str, *args: str, command: list[str
             time.sleep(0.05)
         stalled = 'STALLED' in log.read_text()
         if proc.poll() is None:
+            doomed = descendants(proc.pid)
             os.killpg(proc.pid, signal.SIGKILL)
+            for pid in doomed:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         proc.wait()
     assert stalled, f'never reached {point} {target}:\n{log.read_text()[-3000:]}'
     return log.read_text()

@@ -10,6 +10,7 @@ file; a stale ``.tmp`` is removed at start.
 from __future__ import annotations
 
 import errno
+import os.path as osp
 from collections import namedtuple
 
 import engine_toy
@@ -52,7 +53,7 @@ def test_a_save_that_fails_half_way_removes_its_partial_file(tmp_path, monkeypat
     real_save = mm_runner.save_checkpoint
 
     def half_then_full(checkpoint, filename, **kwargs):
-        if filename.endswith('iter_4.pth.tmp'):
+        if osp.basename(filename).startswith('iter_4.pth.'):
             with open(filename, 'wb') as f:
                 f.write(b'\0' * 1000)
             raise OSError(errno.ENOSPC, 'No space left on device')
@@ -72,21 +73,44 @@ def state_bytes(runner) -> int:
     return sum(t.nbytes for t in tensors)
 
 
+def first_save_bytes(runner) -> int:
+    """The model's tensors and the state AdamW's first step creates: two moments of each parameter, in its
+    dtype, and a float32 step count."""
+    params = list(runner.model.parameters())
+    return sum(t.nbytes for t in runner.model.state_dict().values()) + sum(2 * p.nbytes + 4 for p in params)
+
+
 def test_a_run_without_room_for_its_first_checkpoint_stops_at_start(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint_hook.shutil, 'disk_usage', lambda path: Usage(1, 1, 1000))
     runner = toy_runner(tmp_path)
     with pytest.raises(NoSpaceForCheckpointError) as error:
         runner.train()
     assert runner.iter == 0 and not list(tmp_path.glob('*.pth*'))  # before training, nothing written
-    needed = int(state_bytes(runner) * 1.05) + (1 << 20)  # no optimizer state yet: the model's
+    needed = int(first_save_bytes(runner) * 1.05) + (1 << 20)
     assert f'not saving the first checkpoint: 1000 bytes free in {tmp_path}, it needs about {needed}' in str(
         error.value)
+
+
+def test_the_check_at_start_counts_the_optimizer_state_of_the_first_step(tmp_path, monkeypatch):
+    """Room for the model's tensors but not for AdamW's moments: the run stops before training, not at
+    its first save an interval later."""
+    runner = toy_runner(tmp_path)
+    model_only = int(sum(v.nbytes for v in runner.model.state_dict().values()) * 1.05) + (1 << 20)
+    monkeypatch.setattr(checkpoint_hook.shutil, 'disk_usage', lambda path: Usage(1, 1, model_only))
+    with pytest.raises(NoSpaceForCheckpointError) as error:
+        runner.train()
+    assert runner.iter == 0
+    needed = int(first_save_bytes(runner) * 1.05) + (1 << 20)
+    assert f'not saving the first checkpoint: {model_only} bytes free in {tmp_path}, it needs about {needed}' in \
+        str(error.value)
 
 
 def test_the_first_save_is_checked_with_the_optimizer_state_it_holds(tmp_path, monkeypatch):
     runner = toy_runner(tmp_path)
     free = int(sum(v.nbytes for v in runner.model.state_dict().values()) * 1.05) + (1 << 20)  # the model's only
-    monkeypatch.setattr(checkpoint_hook.shutil, 'disk_usage', lambda path: Usage(1, 1, free))
+    # room at start (that check: test_the_check_at_start_counts_the_optimizer_state_of_the_first_step)
+    monkeypatch.setattr(checkpoint_hook.shutil, 'disk_usage', lambda path: Usage(1, 1, 10 ** 12 if runner.iter == 0
+                                                                                 else free))
     with pytest.raises(NoSpaceForCheckpointError) as error:
         runner.train()
     needed = int(state_bytes(runner) * 1.05) + (1 << 20)  # AdamW's moments now included

@@ -270,8 +270,8 @@ def test_exported_lisa_segmentor_segments_as_mmseg_s_own_test_step(tmp_path, mon
         f'test_dataloader = dict(dataset=dict(metainfo={METAINFO}))\n')
     built = []
 
-    def build_model(*args) -> nn.Module:  # the tool's model, kept as the eager reference
-        built.append(deploy.build_model(*args))
+    def build_model(*args, **kwargs) -> nn.Module:  # the tool's model, kept as the eager reference
+        built.append(deploy.build_model(*args, **kwargs))
         return built[0]
 
     monkeypatch.setattr(export_onnx, 'build_model', build_model)

@@ -26,6 +26,7 @@ from projects.lisa.models.attention import (
     FocusedLinearAttention,
     LiSAAttention,
     ShiftedWindowAttention,
+    build_attention,
 )
 from projects.lisa.models.backbones import LiSAPVT, LiSASwinTransformer, LiSAViT
 from projects.lisa.models.backbones.blocks import TransformerBlock
@@ -141,3 +142,39 @@ def test_every_backbone_takes_numpy_flags(cls):
     model = cls(**{**SMALL[cls], **flags, 'qkv_bias': np.False_, 'with_cp': np.True_})
     blocks = [m for m in model.modules() if isinstance(m, TransformerBlock)]
     assert blocks and all(b.with_cp and b.attn.qkv.bias is None for b in blocks)
+
+
+@pytest.mark.parametrize('cls', ATTENTION_CLASSES + BACKBONE_CLASSES, ids=lambda c: c.__name__)
+def test_a_misspelt_option_is_refused_with_the_nearest_valid_names(cls):
+    base = SMALL[cls] if cls in SMALL else {'dim': 8, 'num_heads': 2}
+    with pytest.raises(TypeError, match=rf'^{cls.__name__}: unknown option qkv_bais=True; did you mean qkv_bias\?'
+                                        r" valid options: \[.*'qkv_bias'"):
+        cls(**base, qkv_bais=True)
+
+
+@pytest.mark.parametrize('build, message', [
+    (lambda: LiSAViT(**{**SMALL[LiSAViT], 'atn_cfgs': dict(type='lisa')}),
+     "LiSAViT: unknown option atn_cfgs={'type': 'lisa'}; did you mean attn_cfgs"),
+    # an option of LiSA's base class (KernelAttention), misspelt in a config: named for the type built
+    (lambda: build_attention(dict(type='lisa', focussing=False), 8, 2),
+     'LiSAAttention: unknown option focussing=False; did you mean focusing'),
+    (lambda: build_attention(dict(type='lisa', num_step=3), 8, 2),
+     'LiSAAttention: unknown option num_step=3; did you mean num_steps'),
+])
+def test_the_issue_s_misspelt_options_name_the_valid_one(build, message):
+    with pytest.raises(TypeError, match=f'^{re.escape(message)}'):
+        build()
+
+
+@pytest.mark.parametrize('cls', ATTENTION_CLASSES, ids=lambda c: c.__name__)
+def test_every_attention_takes_numpy_integers_as_ints(cls):
+    counts = {name: np.int64(default) for name, (hint, default) in options(cls).items()
+              if int in members(hint) and type(default) is int}
+    attn = cls(**{**counts, 'dim': np.int64(8), 'num_heads': np.int64(2)})
+    assert sum(p.numel() for p in attn.parameters()) == sum(p.numel() for p in cls(8, 2).parameters())
+
+
+def test_numpy_num_steps_builds_the_same_walk_as_an_int():
+    attn = build_attention(dict(type='lisa', num_steps=np.int64(3)), 8, 2)
+    assert type(attn.num_steps) is int and attn.num_steps == 3
+    assert attn.step_mlp[-1].out_features == 3

@@ -1,6 +1,7 @@
 """Export a LiSA segmentation model or Mask R-CNN to ONNX, checked against eager.
 
     python tools/export_onnx.py CONFIG CKPT --shape H W [--check-shape H W] [--out FILE]
+                                [--allow-new GLOB ...] [--allow-unused GLOB ...] [--allow-mismatch GLOB ...]
 
 ``CKPT`` is a checkpoint of the config's model, or ``none`` for random
 weights. What is exported (a segmentor's logits; a Mask R-CNN's boxes, scores, labels
@@ -25,6 +26,9 @@ from pathlib import Path
 import torch
 
 from projects.lisa.deploy import build_model, export, inference_metadata, relative_errors
+from projects.lisa.engine.checkpoint import CheckpointReadError, load_checkpoint_file
+from projects.lisa.engine.safe_runtime import add_allow_args
+from projects.lisa.models.backbones.loading import IncompleteCheckpointError
 from projects.lisa.registry import register_all_modules
 
 
@@ -39,6 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--opset', type=int, default=18, help='ONNX opset (>= 17)')
     parser.add_argument('--rtol', type=float, default=1e-4, help='largest relative error accepted by the check')
     parser.add_argument('--seed', type=int, default=0, help='random weights (CKPT none) and check inputs')
+    add_allow_args(parser)
     args = parser.parse_args(argv)
     if args.opset < 17:
         parser.error(f'--opset={args.opset} must be >= 17')
@@ -51,6 +56,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.checkpoint = None if args.checkpoint.lower() == 'none' else args.checkpoint
     if args.checkpoint is not None and not Path(args.checkpoint).is_file():
         parser.error(f'checkpoint {args.checkpoint!r} is not a file (or pass none for random weights)')
+    if args.checkpoint is not None:
+        try:
+            load_checkpoint_file(args.checkpoint)
+        except CheckpointReadError as error:
+            parser.error(f'checkpoint {error}')
     args.check_shape = tuple(args.check_shape or (args.shape[0] + 32, args.shape[1] + 64))
     args.shape = tuple(args.shape)
     args.out = args.out or Path('work_dirs/onnx') / (Path(args.config).stem + '.onnx')
@@ -62,8 +72,9 @@ def main(argv=None) -> int:
     register_all_modules()  # also for configs that do not import projects.lisa.registry
     torch.manual_seed(args.seed)
     try:
-        model = build_model(args.config, args.checkpoint)
-    except ValueError as error:  # not a segmentor or a Mask R-CNN as exported here
+        model = build_model(args.config, args.checkpoint, allow_new=args.allow_new or (),
+                            allow_unused=args.allow_unused or (), allow_mismatch=args.allow_mismatch or ())
+    except (ValueError, IncompleteCheckpointError) as error:  # not exported here, or not the config's checkpoint
         print(f'error: {error}', file=sys.stderr)
         return 1
     metadata = inference_metadata(args.config)

@@ -1,7 +1,7 @@
 """Run a trained model on one image and draw its prediction (segmentation, detection or classification).
 
     python tools/image_demo.py CONFIG CHECKPOINT IMAGE --out FILE [--device cpu] [--score-thr 0.3]
-                               [--opacity 0.5] [--allow-new GLOB ...] [--allow-unused GLOB ...]
+                               [--opacity 0.5] [--allow-{new,unused,mismatch} GLOB ...]
 
 The task is read from the config (``default_scope``); the picture is drawn by that library's
 visualiser, as mmseg's / mmdet's / mmpretrain's ``demo/image_demo.py`` draw it
@@ -49,7 +49,8 @@ def main() -> None:
     MMLogger.get_instance('image_demo', log_level='WARNING')  # the loading report only where it refuses
     try:
         model = init_model(args.config, args.checkpoint, args.device, allow_new=args.allow_new or (),
-                           allow_unused=args.allow_unused or (), cfg_options=args.cfg_options)
+                           allow_unused=args.allow_unused or (), allow_mismatch=args.allow_mismatch or (),
+                           cfg_options=args.cfg_options)
     except (IncompleteCheckpointError, ValueError) as error:
         sys.exit(str(error))
     result = inference(model, args.image)

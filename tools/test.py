@@ -1,7 +1,7 @@
 """Evaluate a checkpoint of any LiSA config with MMEngine (mIoU, box/mask AP, top-k).
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--show-dir DIR] [--out PATH]
-                         [--allow-new GLOB ...] [--allow-unused GLOB ...]
+                         [--allow-new GLOB ...] [--allow-unused GLOB ...] [--allow-mismatch GLOB ...]
 
 Every tensor of the model must come from CHECKPOINT, and every tensor of CHECKPOINT must be
 used, except those the ``--allow-*`` globs name (the report of
@@ -19,6 +19,7 @@ import sys
 
 from mmengine.config import Config, DictAction
 
+from projects.lisa.engine.checkpoint import CheckpointReadError, load_checkpoint_file
 from projects.lisa.engine.data_check import Runner, check_data_roots
 from projects.lisa.engine.dist import setup_cpu_distributed
 from projects.lisa.engine.predictions import dump_predictions, show_predictions
@@ -47,6 +48,10 @@ def main() -> None:
     args = parse_args()
     if not osp.isfile(args.checkpoint):
         sys.exit(f'checkpoint {args.checkpoint!r} does not exist')
+    try:
+        load_checkpoint_file(args.checkpoint)
+    except CheckpointReadError as error:
+        sys.exit(f'checkpoint {error}')
     register_all_modules()  # as mmdet's test.py does: also for configs that do not import projects.lisa.registry
     cfg = Config.fromfile(args.config)
     if (change := legacy_imports(cfg)) and os.environ.get('RANK', '0') == '0':
@@ -58,7 +63,7 @@ def main() -> None:
         'work_dirs', osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
     # the checkpoint loads fully or stops; a metric of non-finite predictions fails instead of printing a number
-    add_safe_runtime(cfg, allow_new=args.allow_new, allow_unused=args.allow_unused)
+    add_safe_runtime(cfg, allow_new=args.allow_new, allow_unused=args.allow_unused, allow_mismatch=args.allow_mismatch)
     try:
         check_data_roots(cfg, ('test_dataloader', ))
     except FileNotFoundError as error:

@@ -31,9 +31,10 @@ from projects.lisa.engine.data_check import Runner, check_data_roots
 from projects.lisa.engine.data_problems import report
 from projects.lisa.engine.dist import setup_cpu_distributed
 from projects.lisa.engine.pretrained import missing_pretrained
-from projects.lisa.engine.resume import find_resumable_checkpoint
+from projects.lisa.engine.resume import checkpoint_problem, find_resumable_checkpoint
 from projects.lisa.engine.safe_runtime import add_allow_args, add_safe_runtime
 from projects.lisa.engine.split_check import check_config_data
+from projects.lisa.engine.work_dir_lock import WorkDirLockedError, lock_work_dir
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError
 from projects.lisa.registry import legacy_imports, register_all_modules
 
@@ -51,10 +52,6 @@ def parse_args() -> argparse.Namespace:
                         help='on --resume, continue with the changed settings the resume lists (model / data as '
                              'configured, optimizer and schedule as restored unless --override-optim)')
     add_allow_args(parser)
-    parser.add_argument('--allow-mismatch', nargs='+', metavar='GLOB',
-                        help="tensors of the model whose shape in the load_from checkpoint differs, e.g. a head "
-                             "trained for other classes (fnmatch globs, or a preset: 'seg_head', 'det_head', "
-                             "'cls_head'); left as initialised")
     parser.add_argument('--amp', action='store_true',
                         help='automatic mixed precision (fp16 on CUDA, bf16 autocast on a CPU)')
     parser.add_argument('--check-data', action='store_true',
@@ -79,6 +76,8 @@ def choose_resume(cfg: Config, resume: str | None) -> None:
         return
     cfg.resume = True
     if resume != 'auto':
+        if problem := checkpoint_problem(resume):
+            sys.exit(f'--resume: cannot resume from {resume}: {problem}')
         cfg.load_from = resume
         return
     path, skipped = find_resumable_checkpoint(cfg.work_dir)
@@ -137,7 +136,11 @@ def main() -> None:
     if args.dry_run:
         from projects.lisa.engine.preflight import preflight
         sys.exit(1 if preflight(cfg, show_config=args.show_config) else 0)
-    if os.environ.get('RANK', '0') == '0' and osp.isdir(cfg.work_dir):
+    if os.environ.get('RANK', '0') == '0':  # one run per work dir, before anything is written there
+        try:
+            lock_work_dir(cfg.work_dir, lambda line: print(line, file=sys.stderr))
+        except WorkDirLockedError as error:
+            sys.exit(str(error))
         remove_partial_saves(cfg.work_dir, lambda line: print(line, file=sys.stderr))  # room for the new log
     setup_cpu_distributed(cfg)
     try:

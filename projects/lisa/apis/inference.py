@@ -55,7 +55,8 @@ def _dataset_meta(cfg: Config, checkpoint: dict) -> dict:
 
 
 def init_model(config: str | Config, checkpoint: str, device: str = 'cpu', allow_new: Sequence[str] = (),
-               allow_unused: Sequence[str] = (), cfg_options: dict | None = None) -> nn.Module:
+               allow_unused: Sequence[str] = (), allow_mismatch: Sequence[str] = (),
+               cfg_options: dict | None = None) -> nn.Module:
     """The config's model with the checkpoint's weights (strict), in eval mode on ``device``;
     ``model.cfg`` holds the config, ``model.dataset_meta`` the classes (and palette)."""
     register_all_modules()
@@ -68,7 +69,8 @@ def init_model(config: str | Config, checkpoint: str, device: str = 'cpu', allow
     model_cfg.pop('pretrained', None)
     from mmengine.registry import MODELS
     model = MODELS.build(cfg.model)
-    ckpt = load_checkpoint_strictly(model, checkpoint, allow_new=allow_new, allow_unused=allow_unused)
+    ckpt = load_checkpoint_strictly(model, checkpoint, allow_new=allow_new, allow_unused=allow_unused,
+                                    allow_mismatch=allow_mismatch)
     model.cfg = model._config = cfg  # mmpretrain's inferencers read ``_config``
     model.dataset_meta = _dataset_meta(cfg, ckpt)
     return model.to(device).eval()

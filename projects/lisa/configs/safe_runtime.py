@@ -8,7 +8,8 @@
 #   tools/test.py) is strict (allow_new=[...], allow_unused=[...] name the exceptions; allow_mismatch=[...] or
 #   tools/train.py --allow-mismatch seg_head keeps the model's own head when fine-tuning to other classes);
 #   a resume whose config changed since the checkpoint stops with the list (override_optim=True /
-#   accept_changes=True say how to go on; tools/train.py --override-optim / --accept-changes);
+#   accept_changes=True say how to go on; tools/train.py --override-optim / --accept-changes); a training run
+#   holds its work dir (work_dir/run.lock): a second run there stops naming the first, a dead run's lock is replaced;
 # - NonFiniteGuardHook: a non-finite input, gradient or loss stops the run at its iteration with what to check
 #   (on_nonfinite='skip' drops such steps and counts them instead; fp16 loss-scaling skips are counted), and a
 #   metric is never computed from non-finite predictions.

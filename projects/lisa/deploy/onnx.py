@@ -19,6 +19,7 @@ exports as one ``Gemm`` (:func:`.rewrites.gemm_linears`).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,9 +65,13 @@ def load_config(config: str | Path, cfg_options: dict | None = None) -> tuple[Co
     return cfg, scope
 
 
-def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = None) -> nn.Module:
+def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = None,
+                allow_new: Sequence[str] = (), allow_unused: Sequence[str] = (),
+                allow_mismatch: Sequence[str] = ()) -> nn.Module:
     """The config's model in eval mode, SyncBN reverted to BN, its sizes symbolic and its linear layers
-    on rows (:mod:`.rewrites`), wrapped for export (:class:`SegmentorLogits`, :class:`.detector.MaskRCNNDetections`)."""
+    on rows (:mod:`.rewrites`), wrapped for export (:class:`SegmentorLogits`, :class:`.detector.MaskRCNNDetections`).
+    ``allow_*``: the exceptions of the strict load of ``checkpoint`` (:func:`~projects.lisa.models.backbones.
+    loading.check_state_dict`)."""
     from mmengine.model import revert_sync_batchnorm
     from mmengine.registry import MODELS
 
@@ -79,7 +84,8 @@ def build_model(config: str, checkpoint: str | None, cfg_options: dict | None = 
     if checkpoint is None:
         model.init_weights()
     else:
-        load_checkpoint_strictly(model, checkpoint)  # every tensor loaded, or IncompleteCheckpointError
+        # every tensor loaded, or IncompleteCheckpointError
+        load_checkpoint_strictly(model, checkpoint, allow_new, allow_unused, allow_mismatch)
     model = revert_sync_batchnorm(model).eval()
     symbolic_adaptive_pooling(model)
     gemm_linears(model)

@@ -8,10 +8,11 @@ MMEngine's arguments and file names and changes the order of a save:
 
 1. refuse to save non-finite weights (:class:`~.nonfinite.NonFiniteError`), and refuse a save the
    disk has no room for (:class:`NoSpaceForCheckpointError`: the previous checkpoint's size, or before
-   the first one the size of the model's and optimizer's tensors, plus a margin must be free; checked
+   the first one the size of the model's and optimizer's tensors (the optimizer's as its first step makes
+   them), plus a margin must be free; checked
    also when a run starts, and a write that fills the disk ends with the same message);
-2. write ``<name>.tmp``, ``fsync`` it, rename it to ``<name>`` and ``fsync`` the folder (a write
-   that fails removes its ``.tmp``);
+2. write ``<name>.<run>.tmp`` (a name of this run's own), ``fsync`` it, rename it to ``<name>`` and
+   ``fsync`` the folder (a write that fails removes its ``.tmp``);
 3. replace ``last_checkpoint`` the same way, so it only ever names a complete file;
 4. only then delete the checkpoints beyond ``max_keep_ckpts``.
 
@@ -21,7 +22,8 @@ training, so a resumed run is the uninterrupted run, bit for bit.
 
 :class:`SafeRuntimeHook` (listed in ``configs/_base_/safe_runtime.py``) turns the
 ``CheckpointHook`` that the mm base configs declare into this one, so a config
-need not repeat ``default_hooks``.
+need not repeat ``default_hooks``. It also takes the work dir of a training run for that run alone
+(:mod:`.work_dir_lock`), before any other hook writes to it.
 """
 from __future__ import annotations
 
@@ -31,22 +33,27 @@ import glob
 import os
 import os.path as osp
 import re
+import secrets
 import shutil
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import torch
-from mmengine.dist import all_gather_object, get_rank, get_world_size, is_main_process
+from mmengine.dist import all_gather_object, broadcast_object_list, get_rank, get_world_size, is_main_process
 from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
-from mmengine.runner import IterBasedTrainLoop
+from mmengine.runner import BaseLoop, IterBasedTrainLoop
 
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError, check_state_dict, model_state_dict
 
 from .nonfinite import NonFiniteError, nonfinite_tensors
 from .resume import RestoreAfterReplay, optimizer_types, resume_changes, rng_state, set_rng_state
+from .work_dir_lock import WorkDirLockedError, lock_work_dir, release_work_dir
+
+#: The suffix of this process's partial files: two processes never write the same temporary file.
+TMP_SUFFIX = f'.{os.getpid()}-{secrets.token_hex(2)}.tmp'
 
 
 def fsync_path(path: str) -> None:
@@ -66,9 +73,9 @@ def publish(tmp: str, path: str) -> None:
 
 
 def write_text_atomically(path: str, text: str) -> None:
-    with open(path + '.tmp', 'w') as f:
+    with open(path + TMP_SUFFIX, 'w') as f:
         f.write(text)
-    publish(path + '.tmp', path)
+    publish(path + TMP_SUFFIX, path)
 
 
 def remove_partial_saves(folder: str, log=print) -> None:
@@ -91,6 +98,34 @@ def state_bytes(state) -> int:
     if isinstance(state, (list, tuple)):
         return sum(state_bytes(v) for v in state)
     return 0
+
+
+def first_step_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """The bytes of the state that the first ``step`` of ``optimizer`` creates (AdamW: two moments of each
+    trained parameter and its step count), from one step of the same optimizer on meta-device copies of the
+    parameters (no memory, no change to the model); twice the trained parameters' bytes (the Adam family's
+    moments) for an optimizer that cannot step there."""
+    trained = [[p for p in group['params'] if p.requires_grad] for group in optimizer.param_groups]
+    twins = [[torch.empty_like(p, device='meta') for p in params] for params in trained]
+    for twin in (t for group in twins for t in group):
+        twin.grad = torch.empty_like(twin)
+    groups = [{**{k: v for k, v in group.items() if k != 'params'}, 'params': params}
+              for group, params in zip(optimizer.param_groups, twins)]
+    try:
+        twin = type(optimizer)(groups)
+        with torch.no_grad():
+            twin.step()
+        return state_bytes(twin.state_dict()['state'])
+    except Exception:  # an optimizer that needs other arguments, or real values
+        return 2 * sum(p.nbytes for params in trained for p in params)
+
+
+def optimizer_bytes(optim_wrapper) -> int:
+    """The bytes of an optim wrapper's state in a checkpoint; an optimizer that has not stepped yet counted
+    with the state its first step creates (:func:`first_step_state_bytes`)."""
+    wrappers = getattr(optim_wrapper, 'optim_wrappers', {'': optim_wrapper})  # an OptimWrapperDict, or one
+    return state_bytes(optim_wrapper.state_dict()) + sum(
+        first_step_state_bytes(w.optimizer) for w in wrappers.values() if not w.optimizer.state)
 
 
 #: Free space asked for beyond the size of the previous checkpoint: it grows a little as the
@@ -119,15 +154,16 @@ class SafeCheckpointHook(CheckpointHook):
 
     def _space_needed(self, runner) -> tuple[int, str]:
         """The free bytes the next checkpoint needs (its estimated size plus the margin), and the estimate's basis:
-        the previous checkpoint's size, else the bytes of the model's and optimizer's tensors."""
+        the previous checkpoint's size, else the bytes of the model's and optimizer's tensors (before the first
+        step, those it will create: :func:`optimizer_bytes`)."""
         previous = self._previous_checkpoint(runner)
         if previous:
             size = osp.getsize(previous)
             basis = f'the previous checkpoint took {size} bytes'
         else:
             model = runner.model.module if is_model_wrapper(runner.model) else runner.model
-            size = state_bytes(model.state_dict()) + (state_bytes(runner.optim_wrapper.state_dict())
-                                                      if self.save_optimizer else 0)
+            size = state_bytes(model.state_dict()) + (optimizer_bytes(runner.optim_wrapper) if self.save_optimizer
+                                                      else 0)
             basis = f'the model and optimizer state take {size} bytes'
         return int(size * (1 + SPACE_MARGIN)) + SPACE_MARGIN_BYTES, basis
 
@@ -185,18 +221,18 @@ class SafeCheckpointHook(CheckpointHook):
         runner.message_hub.update_info('last_ckpt', self.last_ckpt)
         try:
             runner.save_checkpoint(
-                self.out_dir, filename + '.tmp', self.file_client_args, save_optimizer=self.save_optimizer,
+                self.out_dir, filename + TMP_SUFFIX, self.file_client_args, save_optimizer=self.save_optimizer,
                 save_param_scheduler=self.save_param_scheduler, meta=meta, by_epoch=self.by_epoch,
                 backend_args=self.backend_args, **self.args)
         except BaseException as error:  # a full disk, a kill: the partial file goes, the kept checkpoints stay
-            if is_main_process() and osp.isfile(self.last_ckpt + '.tmp'):
-                os.remove(self.last_ckpt + '.tmp')
+            if is_main_process() and osp.isfile(self.last_ckpt + TMP_SUFFIX):
+                os.remove(self.last_ckpt + TMP_SUFFIX)
             if isinstance(error, OSError) and error.errno == errno.ENOSPC:
                 raise self._no_space(filename, space, f': the disk filled up during the save ({error})') from error
             raise
         if not is_main_process():
             return
-        publish(self.last_ckpt + '.tmp', self.last_ckpt)
+        publish(self.last_ckpt + TMP_SUFFIX, self.last_ckpt)
         write_text_atomically(osp.join(runner.work_dir, 'last_checkpoint'), self.last_ckpt)
         self._remove(outdated)
 
@@ -250,7 +286,9 @@ def lr_summary(lrs: Sequence[float]) -> str:
 class SafeRuntimeHook(Hook):
     """Checkpoints saved safely and loaded strictly, and a resume that does what its config says.
 
-    - ``before_run``: turns the run's plain ``CheckpointHook`` into a
+    - ``before_run`` of a training run: takes its work dir (:func:`~.work_dir_lock.lock_work_dir`, by the
+      main process; every process stops with :class:`~.work_dir_lock.WorkDirLockedError` while another
+      run holds it), released ``after_run``; turns the run's plain ``CheckpointHook`` into a
       :class:`SafeCheckpointHook` with the same settings (a custom hook because the mm
       base configs already define ``default_hooks``; the class of the instance, which
       has no state of its own to add, is switched before any save or load). On a
@@ -283,6 +321,8 @@ class SafeRuntimeHook(Hook):
         self._replay_schedule = False
 
     def before_run(self, runner) -> None:
+        if isinstance(runner._train_loop, BaseLoop):  # built by Runner.train() only, before this call
+            self._lock(runner)
         for hook in runner.hooks:
             if type(hook) is CheckpointHook:
                 hook.__class__ = SafeCheckpointHook
@@ -294,6 +334,23 @@ class SafeRuntimeHook(Hook):
                     runner.logger.info(f'resuming from {runner._load_from}: {name}.init_cfg '
                                        f'({init_cfg.get("checkpoint")}) skipped, the checkpoint restores every tensor')
                     module.init_cfg = None
+
+    def _lock(self, runner) -> None:
+        """Lock the work dir in the main process; raise in every process if another run holds it."""
+        refusal = [None]
+        if is_main_process():
+            try:
+                self._locked = lock_work_dir(runner.work_dir, runner.logger.warning)
+            except WorkDirLockedError as error:
+                refusal = [str(error)]
+        broadcast_object_list(refusal)
+        if refusal[0] is not None:
+            raise WorkDirLockedError(refusal[0])
+
+    def after_run(self, runner) -> None:
+        if getattr(self, '_locked', None):
+            release_work_dir(runner.work_dir)
+            self._locked = None
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         source = runner._load_from or 'the checkpoint resumed from'

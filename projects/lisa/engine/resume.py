@@ -23,6 +23,8 @@ import re
 import numpy as np
 import torch
 
+from .checkpoint import CheckpointReadError, load_checkpoint_file
+
 CHECKPOINT_NAME = re.compile(r'^(iter|epoch)_(\d+)\.pth$')
 
 
@@ -68,9 +70,9 @@ class RestoreAfterReplay:
 def checkpoint_problem(path: str) -> str | None:
     """Why the checkpoint at ``path`` cannot be resumed from, or ``None`` if it can."""
     try:
-        checkpoint = torch.load(path, map_location='cpu', weights_only=True, mmap=True)
-    except Exception as error:  # a truncated zip, a partial pickle, an unreadable file
-        return f'unreadable ({type(error).__name__}: {str(error).splitlines()[0][:160]})'
+        checkpoint = load_checkpoint_file(path)
+    except CheckpointReadError as error:
+        return error.reason
     if not isinstance(checkpoint, dict) or 'state_dict' not in checkpoint or 'meta' not in checkpoint:
         return 'not a training checkpoint (no state_dict / meta)'
     from .nonfinite import nonfinite_tensors

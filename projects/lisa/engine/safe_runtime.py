@@ -27,9 +27,14 @@ def add_safe_runtime(cfg: Config, fragment: str = FRAGMENT, **safe_runtime) -> N
 
 
 def add_allow_args(parser: argparse.ArgumentParser) -> None:
-    """``--allow-new`` / ``--allow-unused``: the globs of the checkpoint's strict report."""
+    """``--allow-new`` / ``--allow-unused`` / ``--allow-mismatch``: the globs of the checkpoint's strict report
+    (:func:`~projects.lisa.models.backbones.loading.check_state_dict`), the same in every tool that loads one."""
     parser.add_argument('--allow-new', nargs='+', metavar='GLOB',
                         help="tensors of the model that the checkpoint may lack (fnmatch globs, or a preset such as "
                              "'lisa_from_softmax'); left as initialised")
     parser.add_argument('--allow-unused', nargs='+', metavar='GLOB',
                         help='tensors of the checkpoint that the model may not use (fnmatch globs)')
+    parser.add_argument('--allow-mismatch', nargs='+', metavar='GLOB',
+                        help="tensors of the model whose shape in the checkpoint differs, e.g. a head trained for "
+                             "other classes (fnmatch globs, or a preset: 'seg_head', 'det_head', 'cls_head'); left "
+                             "as initialised (not on --resume)")

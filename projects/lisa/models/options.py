@@ -6,19 +6,23 @@ registered type, :class:`..backbones.base.LiSABackbone` to each backbone. A hint
 it is made of
 
 * ``bool``: True or False (numpy's too), not ``'no'``, 0 or None;
-* ``int``: an int, not a bool; ``float``: an int or a float (numpy's too), not a bool;
+* ``int``: an int (numpy's too, passed on as a Python int), not a bool; ``float``: an int or a float
+  (numpy's too), not a bool;
 * ``str``, ``None``, ``Literal[...]`` (the values listed, of their type), unions of these, and
   ``Sequence[X]``: a sequence (a list, a tuple; not a str) of items that ``X`` takes.
 
 Other hints (config dicts, modules) are left to the code that uses the value, and so is a union
-holding one. Standard library only (the attentions depend on torch alone): a numpy bool can only
+holding one. An option the constructor does not take stops with :class:`UnknownOptionError`, which
+names the nearest valid names. Standard library only (the attentions depend on torch alone): a numpy bool can only
 exist once numpy is imported, so it is looked up there.
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import numbers
+import re
 import sys
 import types
 import typing
@@ -54,7 +58,7 @@ def accepts(hint: object, value: object) -> bool:
             numpy = sys.modules.get('numpy')
             ok = isinstance(value, bool) or (numpy is not None and isinstance(value, numpy.bool_))
         elif member is int:
-            ok = isinstance(value, int) and not isinstance(value, bool)
+            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
         elif member is float:
             ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
         else:
@@ -106,10 +110,49 @@ def check_options(cls: type, options: Mapping[str, object], name: str | None = N
             raise ValueError(f'{name or cls.__name__}: {option}={value!r} must be {describe(hints[option])}')
 
 
+class UnknownOptionError(TypeError):
+    """A constructor got an option it does not take; ``option`` is its name (``None`` where not known)."""
+
+    option: str | None = None
+
+
+def option_names(cls: type) -> list[str]:
+    """The names ``cls``'s constructor takes: its parameters and, where it takes ``**kwargs``, those of the
+    base class's constructor it passes them to."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get('__init__')
+        if not inspect.isfunction(init):
+            continue
+        params = list(inspect.signature(inspect.unwrap(init)).parameters.values())[1:]  # after self
+        names += [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in names]
+        if all(p.kind is not p.VAR_KEYWORD for p in params):
+            break
+    return names
+
+
+def unknown_option(cls: type, name: str, option: str, value: object) -> UnknownOptionError:
+    """The error for ``option=value``, which ``cls`` (called ``name``) does not take, with the nearest valid names."""
+    valid = option_names(cls)
+    close = difflib.get_close_matches(option, valid, n=3, cutoff=0.6)
+    nearest = f'did you mean {" or ".join(close)}? ' if close else ''
+    error = UnknownOptionError(f'{name}: unknown option {option}={value!r}; {nearest}valid options: {valid}')
+    error.option = option
+    return error
+
+
+def _as_int(hint: object, value: object) -> object:
+    """A numpy integer as a Python int where ``hint`` takes an int (the code behind it may test ``isinstance``)."""
+    if int in _members(hint) and isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
+        return int(value)
+    return value
+
+
 def checked_init(cls: type) -> type:
     """``cls`` with its ``__init__`` (its own or inherited) wrapped to :func:`check_options` first,
-    so that a direct call and a build from a config are checked alike; a class already wrapped
-    (registered again) is returned as it is."""
+    so that a direct call and a build from a config are checked alike, and an option it does not take
+    named with the nearest valid ones (:func:`unknown_option`); a class already wrapped (registered
+    again) is returned as it is."""
     if getattr(cls.__dict__.get('__init__'), 'checks_options', False):
         return cls
     init = cls.__init__
@@ -118,8 +161,19 @@ def checked_init(cls: type) -> type:
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs) -> None:
-        check_options(cls, {**dict(zip(positional, args)), **kwargs}, type(self).__name__)
-        init(self, *args, **kwargs)
+        name = type(self).__name__
+        check_options(cls, {**dict(zip(positional, args)), **kwargs}, name)
+        hints = option_hints(cls)
+        args = tuple(_as_int(hints.get(k), v) for k, v in zip(positional, args)) + args[len(positional):]
+        kwargs = {k: _as_int(hints.get(k), v) for k, v in kwargs.items()}
+        try:
+            init(self, *args, **kwargs)
+        except TypeError as error:  # Python's, or a base class's error for an option of this call
+            found = error.option if isinstance(error, UnknownOptionError) else (
+                re.search(r"unexpected keyword argument '(\w+)'", str(error)) or [None, None])[1]
+            if found not in kwargs:
+                raise
+            raise unknown_option(type(self), name, found, kwargs[found]) from None
 
     __init__.checks_options = True
     cls.__init__ = __init__

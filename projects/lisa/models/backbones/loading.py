@@ -237,8 +237,9 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor], source:
                         '--allow-new).')
         if report.mismatched:
             globs = _preset_or_globs([k for k, _, _ in report.mismatched], ALLOW_MISMATCH_PRESETS)
-            hint.append(f'{MISMATCH_HINT}: allow_mismatch={globs} (tools/train.py --allow-mismatch '
-                        f'{shlex.join(globs)}).')
+            hint.append(f'{MISMATCH_HINT}: allow_mismatch={globs} (tools/train.py, test.py or export_onnx.py: '
+                        f'--allow-mismatch {shlex.join(globs)}). Otherwise pass the config the checkpoint was '
+                        'trained with.')
         if report.unexpected:
             hint.append(f'If the unused tensors are unused by design, allow them: allow_unused='
                         f'{_globs(report.unexpected)}.')
