@@ -128,6 +128,11 @@ class SampleFilesInErrors:
     def __len__(self) -> int:
         return len(self._dataset)
 
+    @property
+    def wrapped(self):
+        """The dataset itself."""
+        return self._dataset
+
     def __deepcopy__(self, memo: dict) -> SampleFilesInErrors:
         return self  # MMEngine deep-copies dataloader configs; the built dataset is shared, not copied
 

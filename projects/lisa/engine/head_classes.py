@@ -59,5 +59,5 @@ def head_class_problems(cfg: Mapping, dataset, present: Iterable[int] = (), wher
             f'{len(classes)} ({CLASSES_SETTING}: {", ".join(map(repr, classes[:5]))}'
             f'{", ..." if len(classes) > 5 else ""}){held}',
             f'{setting}={len(classes)}, or a dataset of {num_classes} classes ({where}.metainfo=dict(classes=...)): '
-            f'the two settings must agree', 'model vs data'))
+            'the two settings must agree'))
     return problems

@@ -114,9 +114,9 @@ class _Stages:
 
 
 def _one_batch(runner, cfg: Config, loader: str):
-    """The dataset of a dataloader and its first batch."""
+    """The dataset of a dataloader (unwrapped from the data check's) and its first batch."""
     dataloader = runner.build_dataloader(copy.deepcopy(cfg[loader]), seed=runner.seed)
-    return dataloader.dataset, next(iter(dataloader))
+    return getattr(dataloader.dataset, 'wrapped', dataloader.dataset), next(iter(dataloader))
 
 
 def batch_labels(batch, ignore_index: int = 255) -> set[int]:
