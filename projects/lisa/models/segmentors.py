@@ -96,5 +96,5 @@ class LowMemoryEncoderDecoder(EncoderDecoder):
             direction = meta.get('flip_direction')
             if direction not in ('horizontal', 'vertical'):
                 raise ValueError(f"flip_direction must be 'horizontal' or 'vertical', got {direction!r}")
-            logits = logits.flip(dims=(3, ) if meta['flip_direction'] == 'horizontal' else (2, ))
+            logits = logits.flip(dims=(3, ) if direction == 'horizontal' else (2, ))
         return logits
