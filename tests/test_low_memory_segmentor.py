@@ -175,7 +175,8 @@ def test_check_data_names_an_image_whose_evaluation_would_not_fit(tmp_path):
         'val_dataloader'] if p.file == str(image)]
     assert problem.error and problem.problem.startswith('is 1000x1500 (HxW): evaluating it at full resolution')
     assert 'more than the 0.5 GB of memory available' in problem.problem
-    assert "model.type='LowMemoryEncoderDecoder'" in problem.valid and '--memory-limit' in problem.valid
+    assert "model.type='LowMemoryEncoderDecoder' with max_logits_bytes < 900000000" in problem.valid
+    assert '--memory-limit' in problem.valid
     needed = float(problem.problem.split('needs about ')[1].split(' GB')[0])
     assert needed >= 150 * 1000 * 1500 * 4 / 1e9
     cfg.model.update(type='LowMemoryEncoderDecoder', max_logits_bytes=2**20)

@@ -101,16 +101,20 @@ class EvalMemory:
                 continue  # an unreadable image is the sample check's
             peak = self.peak(size)
             if peak > limit:
-                advice = (f"model.type='{LOW_MEMORY_SEGMENTOR}' (the same prediction; "
-                          f'{self._low_memory().peak(size) / GB:.1f} GB for this image), or '
-                          if self.max_logits_bytes is None else 'a smaller model.max_logits_bytes, or ')
                 found.append(Problem(
                     info['img_path'], f'is {size[0]}x{size[1]} (HxW): evaluating it at full resolution ({where}) '
                     f'needs about {peak / GB:.1f} GB ({self.num_classes} classes), more than the {limit / GB:.1f} '
-                    'GB of memory available', f'an image that fits: {advice}downscale or tile the image and its '
-                    'label map, or a machine with more memory (tools/check_data.py --memory-limit)'))
+                    'GB of memory available', f'an image that fits: {self._advice(size)}downscale or tile the '
+                    'image and its label map, or a machine with more memory (tools/check_data.py --memory-limit)'))
         return found
 
-    def _low_memory(self) -> EvalMemory:
-        from projects.lisa.models.segmentors import MAX_LOGITS_BYTES
-        return EvalMemory(self.num_classes, self.rescales, MAX_LOGITS_BYTES)
+    def _advice(self, size: tuple[int, int]) -> str:
+        """How the segmentor would evaluate an image of ``size`` without its full-size logits, if it keeps them."""
+        logits = 4 * self.num_classes * size[0] * size[1]
+        reduced = EvalMemory(self.num_classes, self.rescales, 0).peak(size) / GB
+        if self.max_logits_bytes is None:
+            return (f"model.type='{LOW_MEMORY_SEGMENTOR}' with max_logits_bytes < {logits} (its full-size logits; "
+                    f'the same prediction in about {reduced:.1f} GB), or ')
+        if logits <= self.max_logits_bytes:
+            return f'model.max_logits_bytes < {logits} (its full-size logits; about {reduced:.1f} GB), or '
+        return ''
