@@ -27,9 +27,11 @@ TINY = dict(  # the smallest mmseg segmentor: its post-processing is what is com
 
 def segmentor(kind: str, align_corners: bool = False, **kwargs):
     register_all_modules()
+    from mmengine.registry import DefaultScope
     from mmseg.registry import MODELS
     head = dict(TINY['decode_head'], align_corners=align_corners)
-    return MODELS.build(dict(type=kind, backbone=TINY['backbone'], decode_head=head, **kwargs))
+    with DefaultScope.overwrite_default_scope('mmseg'):  # whatever scope an earlier test left current
+        return MODELS.build(dict(type=kind, backbone=TINY['backbone'], decode_head=head, **kwargs))
 
 
 def samples(n: int, ori_shape, padding=(0, 0, 0, 0), flip=None):
