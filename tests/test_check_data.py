@@ -389,3 +389,130 @@ def test_coco_categories_without_an_instance_are_a_note(tmp_path):
     assert note.problem.startswith(f"{len(absent)} of its {len(classes)} classes never occur in the split's "
                                    f"instances: class {classes.index(absent[0])} {absent[0]!r}")
     assert 'names the annotation file' in note.valid
+
+
+CLS_DEMO = ROOT / 'configs/classification/demo/pvt-tiny_lisa_1xb8-2e_synthetic-imagenet-64px.py'
+
+
+def _imagenet(tmp_path: Path, ann_file: bool = False):
+    """A generated ImageNet-format copy and the classification demo's config reading it (its class folders, or
+    with ``ann_file`` its ``meta/{train,val}.txt`` as the ImageNet-1K configs read them)."""
+    from mmengine.config import Config
+    generate('imagenet', tmp_path, num_train=20, num_val=5, size=32, seed=0)
+    root = tmp_path / 'imagenet'
+    cfg = Config.fromfile(str(CLS_DEMO))
+    classes = tuple(sorted(p.name for p in (root / 'train').iterdir()))
+    for loader, split in (('train_dataloader', 'train'), ('val_dataloader', 'val')):
+        cfg[loader].dataset.data_root = str(root)
+        if ann_file:
+            cfg[loader].dataset.update(ann_file=f'meta/{split}.txt', metainfo=dict(classes=classes))
+    init_default_scope('mmpretrain')
+    return cfg, root
+
+
+def test_classification_images_the_loader_cannot_decode_are_errors_naming_them(tmp_path):
+    # A text file named .JPEG, a 0-byte .JPEG and one cut in half: mmpretrain's loader fails on each (training
+    # stopped at the first), the check listed none. Reference: OpenCV, the decoder of LoadImageFromFile.
+    cfg, root = _imagenet(tmp_path)
+    images = sorted((root / 'train').rglob('*.JPEG'))
+    text, empty, cut = images[1], images[6], images[13]
+    text.write_text('not an image\n')
+    empty.write_bytes(b'')
+    damage_image(cut, 'truncated jpeg')
+    for path in (text, empty, cut):
+        try:
+            decoded = mmcv.imread(str(path))
+        except cv2.error:  # OpenCV refuses an empty buffer
+            decoded = None
+        assert decoded is None
+    problems = samples(check_config_data(cfg, ('train_dataloader', 'val_dataloader'), workers=1)['train_dataloader'])
+    assert sorted(p.file for p in problems) == sorted(map(str, (text, empty, cut))) and all(p.error for p in problems)
+    assert all(p.problem.startswith('cannot be read as an image') for p in problems)
+
+
+def test_classification_labels_must_be_classes_and_agree_with_the_class_folders(tmp_path):
+    cfg, root = _imagenet(tmp_path, ann_file=True)
+    assert samples(check_config_data(cfg, ('train_dataloader', ), workers=1)['train_dataloader']) == []
+    meta = root / 'meta' / 'train.txt'
+    lines = meta.read_text().splitlines()
+    swapped = next(i for i, line in enumerate(lines) if line.split(' ')[1] == '1')
+    lines[swapped] = lines[swapped].rsplit(' ', 1)[0] + ' 2'  # a class-1 image labelled 2
+    lines[0] = lines[0].rsplit(' ', 1)[0] + ' 7'  # label 7 of 5 classes
+    meta.write_text('\n'.join(lines) + '\n')
+    problems = samples(check_config_data(cfg, ('train_dataloader', ), workers=1)['train_dataloader'])
+    by_problem = {p.problem: p for p in problems}
+    [out_of_range] = [p for p in problems if p.problem == 'has label 7, not a class of the 5']
+    assert out_of_range.file.endswith(lines[0].split(' ')[0]) and out_of_range.valid.startswith('a label in 0..4')
+    folder = lines[swapped].split('/')[0]
+    assert f"class folder {folder!r} holds images of 2 labels (1..2)" in by_problem
+    assert any(p.startswith('label 2 is given to images of 2 class folders') for p in by_problem)
+    assert f"1 class folders hold another class's label: {folder!r} has label 2" in ''.join(by_problem)
+    assert len(problems) == 4  # label 7 is named once, as no class
+
+
+@pytest.mark.parametrize('setting,value', [('decode_head', 20)])
+def test_a_segmentation_head_of_other_classes_than_the_data_is_named_with_both_settings(ade20k, setting, value):
+    # mmseg's loss fails on it with a bare `IndexError: Target 36 is out of bounds`.
+    cfg = with_data_root(SEG_DEMO, ade20k)
+    cfg.model[setting].num_classes = value
+    found = check_config_data(cfg, ('train_dataloader', ), workers=1)['train_dataloader']
+    [problem] = [p for p in found if p.file.startswith('model.')]
+    from projects.lisa.engine.dataset_loading import load_dataset
+    dataset, _ = load_dataset(cfg.train_dataloader.dataset)
+    classes = dataset.metainfo['classes']
+    assert problem.error and problem.file == f'model.{setting}.num_classes={value}'
+    assert f'the model predicts {value} classes but train_dataloader.dataset (ADE20KDataset) has {len(classes)}' in \
+        problem.problem
+    held = sorted({int(v) - 1 for p in (ade20k / 'annotations' / 'training').iterdir()
+                   for v in np.unique(np.asarray(Image.open(p))) if 0 < v < 255})  # reduce_zero_label
+    beyond = [c for c in held if c >= value]
+    assert f'class ids up to {beyond[-1]} (e.g. {beyond[0]} {classes[beyond[0]]!r})' in problem.problem
+    assert problem.valid.startswith(f'model.{setting}.num_classes={len(classes)}, or a dataset of {value} classes')
+
+
+def test_detection_and_classification_heads_of_other_classes_are_named(tmp_path):
+    generate('coco', tmp_path, num_train=2, num_val=1, size=32, seed=0)
+    det = with_data_root(DET_DEMO, tmp_path / 'coco')
+    det.model.roi_head.bbox_head.num_classes = det.model.roi_head.mask_head.num_classes = 20
+    init_default_scope('mmdet')
+    found = check_config_data(det, ('train_dataloader', ), workers=1)['train_dataloader']
+    assert sorted(p.file for p in found if p.file.startswith('model.')) == [
+        'model.roi_head.bbox_head.num_classes=20', 'model.roi_head.mask_head.num_classes=20']
+    cls, _ = _imagenet(tmp_path / 'cls')
+    cls.model.head.num_classes = 3
+    [problem] = [p for p in check_config_data(cls, ('train_dataloader', ), workers=1)['train_dataloader']
+                 if p.file.startswith('model.')]
+    assert problem.file == 'model.head.num_classes=3' and 'has 5' in problem.problem
+    assert 'class ids up to 4 (e.g. 3' in problem.problem
+
+
+def test_a_coco_annotation_file_cut_short_is_named(tmp_path):
+    generate('coco', tmp_path, num_train=2, num_val=1, size=32, seed=0)
+    ann_file = tmp_path / 'coco' / 'annotations' / 'instances_train2017.json'
+    text = ann_file.read_text()
+    ann_file.write_text(text[:len(text) // 2])
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(ann_file.read_text())  # the parser names no file
+    init_default_scope('mmdet')
+    [problem] = check_config_data(with_data_root(DET_DEMO, tmp_path / 'coco'), ('train_dataloader', ))[
+        'train_dataloader']
+    assert problem.file == str(ann_file) and problem.error
+    assert problem.problem.startswith('is not valid JSON (JSONDecodeError') and 'cut short' in problem.problem
+    assert problem.valid.startswith('a complete JSON annotation file')
+
+
+def test_coco_annotations_of_no_image_of_the_file_are_a_note(tmp_path):
+    # pycocotools indexes them under an image that mmdet never asks for: they are dropped.
+    generate('coco', tmp_path, num_train=2, num_val=1, size=32, seed=0)
+    ann_file = tmp_path / 'coco' / 'annotations' / 'instances_train2017.json'
+    content = json.loads(ann_file.read_text())
+    orphan = content['annotations'][-1]
+    orphan['image_id'] = 999
+    ann_file.write_text(json.dumps(content))
+    init_default_scope('mmdet')
+    found = check_config_data(with_data_root(DET_DEMO, tmp_path / 'coco'), ('train_dataloader', ))[
+        'train_dataloader']
+    [note] = [p for p in samples(found) if 'image_id' in p.problem]
+    assert not note.error and note.file == str(ann_file)
+    assert note.problem == f'1 annotations refer to an image_id that no image of the file has: annotation id ' \
+                           f'{orphan["id"]} (image_id 999)'

@@ -292,3 +292,32 @@ def test_training_with_ade20k_dataset_and_custom_classes_names_base_seg_dataset(
     message = str(error.value)
     assert "ADE20KDataset takes only its own 150 classes" in message and "('background', 'object')" in message
     assert "type='BaseSegDataset', img_suffix='.jpg', seg_map_suffix='.png', reduce_zero_label=True" in message
+
+
+@pytest.mark.slow
+def test_an_evaluation_split_with_a_sample_it_cannot_evaluate_stops_before_evaluating_any(tmp_path):
+    # A 1x1 image and label map as the last of 3 test samples: mmseg's LoadAnnotations squeezes the map to 0-d
+    # and the pipeline fails on it, after the samples before it were evaluated.
+    from mmengine.hooks import Hook
+    generate('ade20k', tmp_path, num_train=1, num_val=3, size=32, seed=0)
+    root = tmp_path / 'ade' / 'ADEChallengeData2016'
+    image = sorted((root / 'images' / 'validation').iterdir())[-1]
+    Image.fromarray(np.zeros((1, 1, 3), np.uint8) + 7).save(image, format='JPEG')
+    Image.fromarray(np.ones((1, 1), np.uint8)).save(root / 'annotations' / 'validation' / f'{image.stem}.png')
+    cfg = with_data_root(SEG_DEMO, root)
+    cfg.work_dir = str(tmp_path / 'work')
+
+    class Evaluated(Hook):
+        count = 0
+
+        def after_test_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            Evaluated.count += 1
+
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(Evaluated())
+    with pytest.raises(DataError) as error:
+        runner.test()
+    assert Evaluated.count == 0
+    message = str(error.value)
+    assert 'nothing was evaluated' in message and str(root / 'annotations' / 'validation' / f'{image.stem}.png') in \
+        message and 'is 1x1 (HxW)' in message

@@ -91,3 +91,12 @@ def test_dry_run_fails_on_initial_weights_that_do_not_exist_and_shows_the_config
     assert lines[0] == '[preflight] 1 problem(s):'
     assert lines[1].startswith('  - load_from pretrain/missing.pth: FileNotFoundError')
     assert "load_from = 'pretrain/missing.pth'" in proc.stdout.split('[preflight] config:')[1]  # the config given
+
+
+def test_dry_run_names_a_head_of_other_classes_than_the_data_and_both_settings(workspace):
+    # Training on it fails with a bare `IndexError: Target 36 is out of bounds`.
+    proc, _ = dry_run(workspace, SEG_DEMO, '--cfg-options', 'model.decode_head.num_classes=20')
+    assert proc.returncode == 1
+    assert ('  - train_dataloader vs the model: model.decode_head.num_classes=20: the model predicts 20 classes '
+            'but train_dataloader.dataset (ADE20KDataset) has 150') in proc.stdout
+    assert "valid: model.decode_head.num_classes=150, or a dataset of 20 classes" in proc.stdout

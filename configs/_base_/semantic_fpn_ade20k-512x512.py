@@ -9,7 +9,9 @@ _base_ = [
 
 crop_size = (512, 512)
 data_preprocessor = dict(size=crop_size)
-model = dict(data_preprocessor=data_preprocessor, pretrained=None, decode_head=dict(num_classes=150))
+model = dict(
+    type='LowMemoryEncoderDecoder', data_preprocessor=data_preprocessor, pretrained=None,
+    decode_head=dict(num_classes=150))
 
 test_pipeline = [
     dict(type='LoadImageFromFile'),

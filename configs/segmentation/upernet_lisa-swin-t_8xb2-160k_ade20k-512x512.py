@@ -16,6 +16,7 @@ pretrained = 'pretrain/lisa-swin-t_in1k.pth'
 checkpoint_file = None  # the base's variable for the official Swin weights' URL; unused here
 
 model = dict(
+    type='LowMemoryEncoderDecoder',  # the base's EncoderDecoder, evaluating large images in bounded memory
     backbone=dict(
         _delete_=True,
         **_base_.swin_backbone,

@@ -6,8 +6,9 @@ Importing this module (once per process; again is a no-op) registers each class 
 :func:`_modules` into the ``MODELS`` registry of mmseg, mmdet and mmpretrain, whichever are
 installed, so the same ``type='LiSAPVT'`` resolves in all of their configs; the run-safety hooks
 and the CPU mixed-precision wrapper into MMEngine's root ``HOOKS`` / ``OPTIM_WRAPPERS``;
-``AlignResize`` into mmseg's ``TRANSFORMS``; and it allow-lists MMEngine's own types for
-``torch.load(weights_only=True)``. No other module of the package does any of this on import.
+``AlignResize`` into mmseg's ``TRANSFORMS`` and ``LowMemoryEncoderDecoder`` into its ``MODELS``;
+and it allow-lists MMEngine's own types for ``torch.load(weights_only=True)``. No other module of the
+package does any of this on import.
 Code that builds models itself (``tools/train.py``, the tests) calls :func:`register_all_modules`.
 
 ``custom_imports=dict(imports=['projects.lisa'])``, what configs wrote before issue 41, imports
@@ -50,8 +51,9 @@ def register_all_modules() -> list[str]:
         for module in modules:
             if registry.get(module.__name__) is not module:
                 registry.register_module(module=module)
-    if 'mmseg' in scopes:  # AlignResize into mmseg's TRANSFORMS (PVT's Semantic FPN evaluation)
+    if 'mmseg' in scopes:  # AlignResize (PVT's Semantic FPN evaluation) and the segmentor of the configs
         importlib.import_module(f'{__package__}.datasets.transforms')
+        importlib.import_module(f'{__package__}.models.segmentors')
     return scopes
 
 

@@ -1,9 +1,9 @@
 """The rules of a COCO annotation file as mmdet's ``CocoDataset`` uses it: :class:`CocoAnnotationCheck`.
 
-mmdet drops COCO annotations with a box under 1 px, zero area or a category id the file does not define
-without a word (an image left without its objects trains as background; a file with no usable annotation
-fails with ``need at least one array to concatenate``), and a missing ``segmentation`` surfaces as
-``KeyError: 'mask'``.
+mmdet drops COCO annotations with a box under 1 px, zero area, a category id the file does not define or an
+``image_id`` of no image of the file without a word (an image left without its objects trains as background; a
+file with no usable annotation fails with ``need at least one array to concatenate``), and a missing
+``segmentation`` surfaces as ``KeyError: 'mask'``.
 """
 from __future__ import annotations
 
@@ -34,8 +34,9 @@ class CocoAnnotationCheck:
     """
 
     def __init__(self, ann_file: str, categories: Mapping[int, str], class_ids: Iterable[int],
-                 with_mask: bool, filters_empty: bool) -> None:
+                 with_mask: bool, filters_empty: bool, orphans: Sequence[Mapping] = ()) -> None:
         self.ann_file = ann_file
+        self.orphans = list(orphans)
         self.categories = dict(categories)
         self.class_ids = set(class_ids)
         self.with_mask = with_mask
@@ -47,8 +48,11 @@ class CocoAnnotationCheck:
         """The check for a ``CocoDataset`` while it loads (its ``coco`` and ``cat_ids`` are set)."""
         with_mask = any(getattr(t, 'with_mask', False) for t in getattr(dataset.pipeline, 'transforms', []))
         filters_empty = not dataset.test_mode and bool((dataset.filter_cfg or {}).get('filter_empty_gt'))
-        categories = {c['id']: c.get('name', '?') for c in dataset.coco.dataset.get('categories', [])}
-        return cls(dataset.ann_file, categories, dataset.cat_ids, with_mask, filters_empty)
+        content = dataset.coco.dataset
+        categories = {c['id']: c.get('name', '?') for c in content.get('categories', [])}
+        images = {image.get('id') for image in content.get('images', [])}
+        orphans = [ann for ann in content.get('annotations', []) if ann.get('image_id') not in images]
+        return cls(dataset.ann_file, categories, dataset.cat_ids, with_mask, filters_empty, orphans)
 
     def __call__(self, raw_data_info: Mapping) -> list[Problem]:
         """The problems of one image's annotations (mmdet's ``raw_img_info`` and ``raw_ann_info``)."""
@@ -76,13 +80,21 @@ class CocoAnnotationCheck:
 
     def summary(self) -> list[Problem]:
         """File-level problems, once every image was checked."""
+        problems = []
+        if self.orphans:
+            ids = ', '.join(f'{a.get("id")} (image_id {a.get("image_id")!r})' for a in self.orphans[:10])
+            more = f' and {len(self.orphans) - 10} more' if len(self.orphans) > 10 else ''
+            problems.append(Problem(self.ann_file, f'{len(self.orphans)} annotations refer to an image_id that no '
+                                                   f'image of the file has: annotation id {ids}{more}',
+                                    "an image_id of one of the file's images (mmdet drops these annotations)",
+                                    error=False))
         if self.annotations and not self.used:
-            return [Problem(self.ann_file, f'none of its {self.annotations} annotations is usable (a valid box '
-                                           f'and a category of the dataset\'s classes)',
-                            f'annotations with a valid box and one of the category ids '
-                            f'{ranges(self.class_ids) or "(none)"} (the file\'s categories named as the '
-                            f'dataset\'s classes)')]
-        return []
+            problems.append(Problem(self.ann_file, f'none of its {self.annotations} annotations is usable (a valid '
+                                                   f'box and a category of the dataset\'s classes)',
+                                    f'annotations with a valid box and one of the category ids '
+                                    f'{ranges(self.class_ids) or "(none)"} (the file\'s categories named as the '
+                                    f'dataset\'s classes)'))
+        return problems
 
     @staticmethod
     def _image(image: Mapping) -> str:

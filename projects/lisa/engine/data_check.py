@@ -16,13 +16,17 @@ therefore
    (:mod:`.dataset_loading`, :mod:`.split_check`): COCO annotations are checked while their file
    loads, each sample's label map and image the first time the sample is read,
    so an image that cannot be decoded in full is named before OpenCV decodes
-   nothing from it (or, OpenCV 4, its missing rows grey).
+   nothing from it (or, OpenCV 4, its missing rows grey). The samples of a
+   validation or test split are all checked before its loop, so an invalid one
+   stops the run before the first sample is evaluated, not halfway through.
 """
 from __future__ import annotations
 
 import logging
 import os.path as osp
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from mmengine.config import Config
 from mmengine.logging import print_log
@@ -32,7 +36,7 @@ from .data_problems import LISTED, DataError, report
 from .dataset_loading import leaf_cfgs, leaves, load_dataset
 from .image_check import ImageCheck
 from .label_map_check import LabelMapCheck
-from .split_check import sample_check
+from .split_check import CLASSES, check_samples, sample_check
 
 PREPARATION: dict[str, str] = {
     'ADE20KDataset': (
@@ -51,6 +55,9 @@ PREPARATION: dict[str, str] = {
         '`python tools/generate_data.py imagenet --out data`'),
 }
 """How to prepare each dataset type, quoted when its files are missing."""
+
+_EVALUATING: ContextVar[bool] = ContextVar('evaluating', default=False)
+"""Whether the dataloader being built is a validation or test loop's."""
 
 PREPARATION_ELSEWHERE = ("see the dataset preparation guide of the library that defines it "
                          "(mmseg / mmdet / mmpretrain docs: 'Prepare datasets')")
@@ -121,8 +128,23 @@ class SampleFilesInErrors:
     def __len__(self) -> int:
         return len(self._dataset)
 
+    @property
+    def wrapped(self):
+        """The dataset itself."""
+        return self._dataset
+
     def __deepcopy__(self, memo: dict) -> SampleFilesInErrors:
         return self  # MMEngine deep-copies dataloader configs; the built dataset is shared, not copied
+
+    def check_all(self, workers: int = 1) -> None:
+        """Check every sample now, in ``workers`` processes: raise :class:`DataError` listing the invalid ones."""
+        if self._check is None:
+            return
+        problems = [p for p in check_samples(self._dataset, workers) if p.error and p.where != CLASSES]
+        if problems:
+            raise DataError(f'{type(self._dataset).__name__} ({len(self)} samples) is invalid, nothing was '
+                            f'evaluated:\n{report(problems, limit=LISTED)}')
+        self._checked.update(range(len(self)))
 
     def __getitem__(self, idx: int):
         if self._check is not None and idx not in self._checked:
@@ -150,8 +172,26 @@ def _one_sample_check(dataset) -> LabelMapCheck | ImageCheck | None:
     return checks.pop()
 
 
+@contextmanager
+def _evaluating() -> Iterator[None]:
+    token = _EVALUATING.set(True)
+    try:
+        yield
+    finally:
+        _EVALUATING.reset(token)
+
+
 class Runner(MMEngineRunner):
-    """MMEngine's ``Runner`` whose datasets name the files behind a loading error and stop on invalid data."""
+    """MMEngine's ``Runner`` whose datasets name the files behind a loading error and stop on invalid data
+    (an evaluation split's before its loop)."""
+
+    def build_val_loop(self, loop):
+        with _evaluating():
+            return super().build_val_loop(loop)
+
+    def build_test_loop(self, loop):
+        with _evaluating():
+            return super().build_test_loop(loop)
 
     @staticmethod
     def build_dataloader(dataloader, seed: int | None = None, diff_rank_seed: bool = False):
@@ -168,5 +208,8 @@ class Runner(MMEngineRunner):
                 raise DataError(f'{dataset_cfg.get("type")} is invalid:\n{report(problems, limit=LISTED)}')
             if problems:
                 print_log(f'{dataset_cfg.get("type")}: {report(problems, limit=LISTED)}', level=logging.WARNING)
-            dataloader = {**dataloader, 'dataset': SampleFilesInErrors(dataset, _one_sample_check(dataset))}
+            checked = SampleFilesInErrors(dataset, _one_sample_check(dataset))
+            if _EVALUATING.get():
+                checked.check_all(max(1, dataloader.get('num_workers') or 0))
+            dataloader = {**dataloader, 'dataset': checked}
         return MMEngineRunner.build_dataloader(dataloader, seed=seed, diff_rank_seed=diff_rank_seed)

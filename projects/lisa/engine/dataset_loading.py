@@ -1,15 +1,17 @@
 """Building and loading a dataset from its config with its annotations checked: :func:`load_dataset`.
 
 COCO annotations are checked (:class:`.CocoAnnotationCheck`) while the dataset parses its file, i.e. at load
-time; a dataset class that refuses the config's ``metainfo`` classes (mmseg's ``ADE20KDataset``) is named
-before it is built (:func:`dataset_class_problems`), and a split that loads no sample is named
-(:func:`empty_split`) before mmengine's serialisation of 0 samples crashes. Also the leaf datasets inside
-dataset wrappers: :func:`leaves` of a built dataset, :func:`leaf_cfgs` of a config.
+time, and an annotation file that is not valid JSON is named (:func:`unparsable_file`); a dataset class that
+refuses the config's ``metainfo`` classes (mmseg's ``ADE20KDataset``) is named before it is built
+(:func:`dataset_class_problems`), and a split that loads no sample is named (:func:`empty_split`) before
+mmengine's serialisation of 0 samples crashes. Also the leaf datasets inside dataset wrappers: :func:`leaves`
+of a built dataset, :func:`leaf_cfgs` of a config.
 """
 from __future__ import annotations
 
 import copy
 import inspect
+import json
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 
@@ -71,6 +73,33 @@ def _checking_annotations(dataset, problems: list[Problem]) -> Iterator[None]:
     finally:
         if check is not None:
             problems.extend(check.summary())
+
+
+def unparsable_file(path: str, error: json.JSONDecodeError) -> Problem:
+    """The problem of an annotation file that is not valid JSON, saying where it breaks off."""
+    cut = not error.doc[error.pos:].strip() or error.msg.startswith('Unterminated')
+    return Problem(path, f'is not valid JSON (JSONDecodeError: {error}, of its {len(error.doc)} characters)'
+                         + (': the file ends before its JSON does, so it is cut short' if cut else ''),
+                   'a complete JSON annotation file: copy, download or export it again')
+
+
+@contextmanager
+def _naming_the_annotation_file(dataset) -> Iterator[None]:
+    """While in the block, ``dataset``'s annotation file that is not valid JSON raises :class:`.DataProblems`
+    naming it (the JSON parser names no file)."""
+    load, ann_file = getattr(dataset, 'load_data_list', None), getattr(dataset, 'ann_file', None)
+    if load is None or not ann_file:
+        yield
+        return
+
+    def load_naming_the_file():
+        try:
+            return load()
+        except json.JSONDecodeError as error:
+            raise DataProblems([unparsable_file(ann_file, error)]) from error
+
+    with _replacing(dataset, 'load_data_list', load_naming_the_file):
+        yield
 
 
 class _EmptySplit(Exception):
@@ -163,10 +192,13 @@ def load_dataset(cfg: Mapping):
             for leaf in leaves(dataset):
                 stack.enter_context(_checking_annotations(leaf, problems))
                 stack.enter_context(_stopping_when_empty(leaf))
+                stack.enter_context(_naming_the_annotation_file(leaf))
             if hasattr(dataset, 'full_init'):
                 dataset.full_init()
     except _EmptySplit as error:
         raise DataProblems([*problems, empty_split(cfg)]) from error
+    except DataProblems as error:
+        raise DataProblems([*problems, *error.problems]) from error
     except Exception as error:
         if any(p.error for p in problems):
             raise DataProblems(problems, f'{cfg.get("type")} failed to load ({type(error).__name__}: {error}):\n'

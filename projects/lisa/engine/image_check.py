@@ -1,12 +1,13 @@
 """The rules of a sample's image: decodable in full, not shrunk to 0 px by the pipeline's aspect-keeping
 resizes, not constant, and 16-bit only where it decodes to 8 bits with content; :class:`ImageCheck` applies
-them to the samples of detection and classification datasets.
+them to the samples of detection and classification datasets, with a classification sample's label.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from PIL import Image
 
 from .data_problems import Problem
@@ -50,8 +51,10 @@ def unreadable_image(path: str, reason: str) -> Problem:
                    'a complete JPEG or PNG file (copy or export it again, or remove the sample)')
 
 
-Rescale = tuple[str, tuple[int, int]]
-"""An aspect-keeping resize of a pipeline and the smallest target ``scale`` it draws."""
+Rescale = tuple[str, tuple[int, int], str]
+"""A resize of a pipeline that keeps the aspect ratio: its name, the smallest target ``scale`` it draws, and the
+edge it sets (mmpretrain's ``ResizeEdge``: ``'short'``, ``'long'``, ``'width'``, ``'height'``), ``''`` for mmcv's
+rescale to fit ``scale``."""
 
 
 def smallest_rescales(pipeline) -> tuple[Rescale, ...]:
@@ -59,14 +62,17 @@ def smallest_rescales(pipeline) -> tuple[Rescale, ...]:
 
     ``Resize(keep_ratio=True)`` and PVT's ``AlignResize`` use their ``scale``; ``RandomResize`` draws
     ``(int(s0 * r), int(s1 * r))`` for ``r`` in ``ratio_range`` (smallest at ``r = min(ratio_range)``) or
-    each edge between two scales (smallest: the minimum of each). mmcv's ``rescale_size`` grows with the
-    scale, so the smallest scale gives the smallest image.
+    each edge between two scales (smallest: the minimum of each); mmpretrain's ``ResizeEdge`` sets one edge to
+    its ``scale``. mmcv's ``rescale_size`` grows with the scale, so the smallest scale gives the smallest image.
     """
     from mmcv.transforms import RandomResize, Resize
     from mmengine.utils import is_seq_of
     found = []
     for transform in getattr(pipeline, 'transforms', []):
         scale = getattr(transform, 'scale', None)
+        if is_loaded_instance(transform, 'mmpretrain.datasets.transforms.processing', 'ResizeEdge'):
+            found.append((type(transform).__name__, (int(scale), int(scale)), transform.edge))
+            continue
         if isinstance(transform, RandomResize):
             if not getattr(transform.resize, 'keep_ratio', False):
                 continue
@@ -79,26 +85,41 @@ def smallest_rescales(pipeline) -> tuple[Rescale, ...]:
                   or is_loaded_instance(transform, 'projects.lisa.datasets.transforms', 'AlignResize')):
             continue
         if is_seq_of(scale, int) and len(scale) == 2:  # else a scale_factor or a form mmcv itself refuses
-            found.append((type(transform).__name__, (int(scale[0]), int(scale[1]))))
+            found.append((type(transform).__name__, (int(scale[0]), int(scale[1])), ''))
     return tuple(found)
 
 
-def rescale_problems(path: str, size: tuple[int, int], rescales: Sequence[Rescale]) -> list[Problem]:
-    """An image that an aspect-keeping resize of the pipeline shrinks to a side of 0 px (OpenCV fails).
+def rescaled_size(size: tuple[int, int], scale: tuple[int, int], edge: str = '') -> tuple[int, int]:
+    """``(height, width)`` of an image of ``size`` (HxW) after a :data:`Rescale` to ``scale`` along ``edge``.
 
-    mmcv rescales an ``h x w`` image to ``scale`` by ``f = min(max(scale) / max(h, w), min(scale) / min(h, w))``
-    and rounds each side as ``int(side * f + 0.5)``: the short side reaches 0 when
-    ``max(h, w) / min(h, w) > 2 max(scale)``.
+    mmcv rescales to fit ``scale`` by ``f = min(max(scale) / max(h, w), min(scale) / min(h, w))`` and rounds each
+    side as ``int(side * f + 0.5)``; ``ResizeEdge`` sets the edge to ``scale`` and the other side to
+    ``int(scale * other / edge)``.
     """
-    from mmcv.image import rescale_size
     height, width = size
-    for name, scale in rescales:
+    if not edge:
+        from mmcv.image import rescale_size
         new_w, new_h = rescale_size((width, height), scale)
+        return new_h, new_w
+    target = scale[0]
+    if (edge == 'short' and width < height) or (edge == 'long' and width > height) or edge == 'width':
+        return int(target * height / width), target
+    return target, int(target * width / height)
+
+
+def rescale_problems(path: str, size: tuple[int, int], rescales: Sequence[Rescale]) -> list[Problem]:
+    """An image that an aspect-keeping resize of the pipeline shrinks to a side of 0 px (OpenCV fails)."""
+    height, width = size
+    for name, scale, edge in rescales:
+        new_h, new_w = rescaled_size(size, scale, edge)
         if min(new_w, new_h) < 1:
-            return [Problem(path, f'is {height}x{width} (HxW), which {name} rescales at its smallest scale {scale} '
-                                  f'to {new_h}x{new_w}: OpenCV cannot resize to 0 px and training stops there',
-                            f'an aspect ratio (long / short side) of at most 2 x {max(scale)} = {2 * max(scale)} '
-                            'for this pipeline: crop or pad the image (and its labels), or remove the sample')]
+            what = f'{name}(edge={edge!r}) rescales with its scale {scale[0]}' if edge else \
+                f'{name} rescales at its smallest scale {scale}'
+            limit = scale[0] if edge else 2 * max(scale)
+            return [Problem(path, f'is {height}x{width} (HxW), which {what} to {new_h}x{new_w}: OpenCV cannot resize '
+                                  'to 0 px and training stops there',
+                            f'an aspect ratio (long / short side) of at most about {limit} for this pipeline: crop or '
+                            'pad the image (and its labels), or remove the sample')]
     return []
 
 
@@ -154,17 +175,32 @@ def image_problems(path: str, rescales: Sequence[Rescale] = ()) -> list[Problem]
 
 @dataclass(frozen=True)
 class ImageCheck:
-    """The check of a sample's image alone (detection and classification datasets)."""
+    """The check of a sample's image (detection and classification datasets) and, for a classification
+    dataset of ``num_classes`` classes, of its ``gt_label``."""
 
     rescales: tuple[Rescale, ...] = ()
+    num_classes: int | None = None
 
     @classmethod
     def of(cls, dataset) -> ImageCheck:
-        return cls(smallest_rescales(dataset.pipeline))
+        classified = is_loaded_instance(dataset, 'mmpretrain.datasets.base_dataset', 'BaseDataset')
+        classes = dataset.metainfo.get('classes') if classified else None
+        return cls(smallest_rescales(dataset.pipeline), None if classes is None else len(classes))
 
     def inspect(self, info: Mapping) -> tuple[list[Problem], frozenset[int]]:
-        """The problems of one sample, and the classes its files hold (none: they are in the annotations)."""
-        return self(info), frozenset()
+        """The problems of one sample, and the classes it holds (its labels; a detection sample's are in the
+        annotations)."""
+        problems = image_problems(info['img_path'], self.rescales)
+        if self.num_classes is None or info.get('gt_label') is None:
+            return problems, frozenset()
+        labels = [int(v) for v in np.atleast_1d(info['gt_label'])]
+        bad = [v for v in labels if not 0 <= v < self.num_classes]
+        if bad:
+            problems.append(Problem(info['img_path'], f'has label {", ".join(map(str, bad))}, not a class of the '
+                                                      f'{self.num_classes}',
+                                    f'a label in 0..{self.num_classes - 1} (the index of its class in '
+                                    "metainfo['classes']): check the ann_file line of this image"))
+        return problems, frozenset(v for v in labels if 0 <= v < self.num_classes)
 
     def __call__(self, info: Mapping) -> list[Problem]:
-        return image_problems(info['img_path'], self.rescales)
+        return self.inspect(info)[0]

@@ -4,7 +4,9 @@ In one process, on the machine at hand, and in this order:
 
 1. build the model and load its initial weights (``init_cfg`` and ``load_from``,
    with the backbones' weight-loading report);
-2. read one batch from each configured data loader (train, val, test);
+2. read one batch from each configured data loader (train, val, test), and
+   compare the classes of its dataset and the labels of the batch with every
+   ``num_classes`` of the model (:func:`.head_class_problems`);
 3. run one training step with the config's optimizer and schedulers, and
    check that the loss, every gradient and every updated weight are finite;
 4. print the recipe that will run: optimizer, learning rate, the weight decay
@@ -27,6 +29,8 @@ import torch
 from mmengine.config import Config
 from mmengine.optim import OptimWrapper
 
+from .dataset_loading import leaves
+from .head_classes import head_class_problems
 from .library_output import library_output_to
 from .nonfinite import nonfinite_tensors
 
@@ -116,7 +120,29 @@ class _Stages:
 
 
 def _one_batch(runner, cfg: Config, loader: str):
-    return next(iter(runner.build_dataloader(copy.deepcopy(cfg[loader]), seed=runner.seed)))
+    """The dataset of a dataloader (unwrapped from the data check's) and its first batch."""
+    dataloader = runner.build_dataloader(copy.deepcopy(cfg[loader]), seed=runner.seed)
+    return getattr(dataloader.dataset, 'wrapped', dataloader.dataset), next(iter(dataloader))
+
+
+def batch_labels(batch, ignore_index: int = 255) -> set[int]:
+    """The class ids of a batch's ground truth: label map values (but ``ignore_index``), instance and image
+    labels."""
+    labels: set[int] = set()
+    for sample in (batch or {}).get('data_samples', []) if isinstance(batch, Mapping) else []:
+        for field in ('gt_sem_seg', 'gt_instances', 'gt_label'):
+            value = getattr(sample, field, None)
+            value = getattr(value, 'data', None) if field == 'gt_sem_seg' else \
+                getattr(value, 'labels', None) if field == 'gt_instances' else value
+            if isinstance(value, torch.Tensor):
+                labels |= {v for v in value.unique().tolist() if v != ignore_index or field != 'gt_sem_seg'}
+    return labels
+
+
+def _classes_against_model(cfg: Config, loader: str, dataset, batch) -> list[str]:
+    """The ``num_classes`` settings of the model that disagree with the classes of ``loader``'s data."""
+    return [str(problem) for leaf in leaves(dataset)
+            for problem in head_class_problems(cfg, leaf, batch_labels(batch), f'{loader}.dataset')]
 
 
 def _train_step(runner, cfg: Config, batch, lines: list[str]) -> list[str]:
@@ -176,8 +202,12 @@ def preflight(cfg: Config, say: Callable[[str], None] = print, show_config: bool
             batches = {}
             for loader in LOADERS:
                 if cfg.get(loader):
-                    batches[loader] = stage(f'read one batch of {loader}',
-                                            lambda loader=loader: _one_batch(runner, cfg, loader))
+                    read = stage(f'read one batch of {loader}', lambda loader=loader: _one_batch(runner, cfg, loader))
+                    dataset, batches[loader] = read or (None, None)
+                    if dataset is not None:
+                        stage(f'{loader} vs the model', returns_problems=True,
+                              fn=lambda loader=loader, dataset=dataset: _classes_against_model(
+                                  cfg, loader, dataset, batches[loader]))
             train = batches.get('train_dataloader')
             if train is not None:
                 stage('one training step', lambda: _train_step(runner, cfg, train, stage.lines), returns_problems=True)

@@ -1,7 +1,10 @@
 """The check of every sample of a split: :func:`check_config_data` loads the dataset of each named dataloader
 (:func:`.load_dataset`, which checks COCO annotations) and :func:`check_samples` checks each sample's files in
 parallel with the check its dataset needs (:func:`sample_check`: :class:`.LabelMapCheck` for an mmseg dataset,
-:class:`.ImageCheck` for a COCO one), then lists the classes no sample holds (:func:`absent_classes`).
+:class:`.ImageCheck` for a COCO or mmpretrain one), then lists the classes no sample holds
+(:func:`absent_classes`), the class folders that disagree with the labels (:func:`.class_folder_problems`) and
+the model's ``num_classes`` settings that disagree with the data (:func:`.head_class_problems`); an evaluation
+split also has each image's memory estimated (:class:`.EvalMemory`).
 ``engine.data_check.Runner`` runs the same sample checks the first time a sample is read.
 """
 from __future__ import annotations
@@ -13,21 +16,30 @@ from multiprocessing import Pool
 
 from mmengine.registry import DefaultScope
 
+from .class_folder_check import class_folder_problems
 from .data_problems import DataProblems, Problem
 from .dataset_loading import empty_split, leaves, load_dataset
+from .eval_memory import EvalMemory, memory_limit
+from .head_classes import head_class_problems
 from .image_check import ImageCheck
 from .label_map_check import LabelMapCheck
 from .loaded_classes import is_loaded_instance
 
 CLASSES = 'metainfo classes'
 """The ``where`` of a split's problem with its classes (:func:`absent_classes`)."""
+EVALUATED = ('val_dataloader', 'test_dataloader')
+"""The dataloaders whose images are evaluated at full resolution (their memory is estimated)."""
+
+
+def _is_classification(dataset) -> bool:
+    return is_loaded_instance(dataset, 'mmpretrain.datasets.base_dataset', 'BaseDataset')
 
 
 def sample_check(dataset) -> LabelMapCheck | ImageCheck | None:
     """The check of one sample's files for a (leaf) dataset, or None where there is none."""
     if is_loaded_instance(dataset, 'mmseg.datasets.basesegdataset', 'BaseSegDataset'):
         return LabelMapCheck.of(dataset)
-    if is_loaded_instance(dataset, 'mmdet.datasets.coco', 'CocoDataset'):
+    if is_loaded_instance(dataset, 'mmdet.datasets.coco', 'CocoDataset') or _is_classification(dataset):
         return ImageCheck.of(dataset)
     return None
 
@@ -65,6 +77,9 @@ def absent_classes(dataset, present: set[int]) -> list[Problem]:
             advice += (f'; reduce_zero_label=True ignores a stored 0 and loads a stored v as class v - 1, so class '
                        f'{len(classes) - 1} needs the stored value {len(classes)}: if the maps store class i as i '
                        '(0 a class, e.g. background), set reduce_zero_label=False')
+    elif _is_classification(dataset):
+        where = 'labels'
+        advice = "images of every class: check that metainfo['classes'] lists the classes of the labels"
     else:
         where = 'instances'
         advice = ("instances of every class: check that metainfo['classes'] names the annotation file's "
@@ -77,9 +92,13 @@ def absent_classes(dataset, present: set[int]) -> list[Problem]:
                     f'{listed}{more}', advice + ('' if error else ' (a split may lack a rare class)'), CLASSES, error)]
 
 
-def check_samples(dataset, workers: int = 0, chunk: int = 64) -> list[Problem]:
+def check_samples(dataset, workers: int = 0, chunk: int = 64, cfg: Mapping | None = None, where: str = 'dataset',
+                  memory: int | None = None) -> list[Problem]:
     """The problems of every sample's files, checked in ``workers`` processes (0: one per CPU, 1: here),
-    and the classes no sample of a leaf dataset holds (:func:`absent_classes`)."""
+    the classes no sample of a leaf dataset holds (:func:`absent_classes`) and a classification split's class
+    folders (:func:`.class_folder_problems`). With the config ``cfg``, also its model's ``num_classes``
+    against each leaf's classes (``where``: the dataset's place in ``cfg``); with ``memory`` (bytes), each
+    image whose full-resolution evaluation would need more (:class:`.EvalMemory`)."""
     problems = []
     for leaf in leaves(dataset):
         check = sample_check(leaf)
@@ -94,13 +113,24 @@ def check_samples(dataset, workers: int = 0, chunk: int = 64) -> list[Problem]:
             with Pool(min(workers, len(chunks))) as pool:
                 parts = list(pool.imap(partial(_check_infos, check), chunks))
         problems += [p for found, _ in parts for p in found]
+        present = set().union(*(classes for _, classes in parts))
         if infos:
-            problems += absent_classes(leaf, set().union(*(classes for _, classes in parts)))
+            problems += absent_classes(leaf, present)
+        if _is_classification(leaf):
+            problems += class_folder_problems(leaf, infos)
+        if cfg is not None:
+            problems += head_class_problems(cfg, leaf, present, where)
+            estimate = EvalMemory.of(cfg, leaf) if memory is not None else None
+            if estimate is not None:
+                problems += estimate.problems(infos, memory, where)
     return problems
 
 
-def check_config_data(cfg: Mapping, loaders: Sequence[str], workers: int = 0) -> dict[str, list[Problem]]:
-    """Load the dataset of each named dataloader (e.g. ``'train_dataloader'``) and check every sample.
+def check_config_data(cfg: Mapping, loaders: Sequence[str], workers: int = 0,
+                      memory: int | None = None) -> dict[str, list[Problem]]:
+    """Load the dataset of each named dataloader (e.g. ``'train_dataloader'``) and check every sample, the
+    model's ``num_classes`` against its classes, and (:data:`EVALUATED` loaders) each image's evaluation
+    against ``memory`` bytes (default: this machine's, :func:`.memory_limit`).
 
     Returns the problems per dataloader.
     """
@@ -114,5 +144,6 @@ def check_config_data(cfg: Mapping, loaders: Sequence[str], workers: int = 0) ->
                 continue
         if len(dataset) == 0:  # a dataset that does not serialise its samples loads empty
             problems.append(empty_split(cfg[loader]['dataset']))
-        found[loader] = problems + check_samples(dataset, workers)
+        budget = (memory or memory_limit()) if loader in EVALUATED else None
+        found[loader] = problems + check_samples(dataset, workers, cfg=cfg, where=f'{loader}.dataset', memory=budget)
     return found
