@@ -27,6 +27,7 @@ from test_checkpoint_formats import official_pvt, official_swin, randomised
 from projects.lisa.engine.pretrained import CLASSIFIERS, missing_pretrained
 from projects.lisa.models.backbones.loading import ALLOW_NEW_PRESETS, IncompleteCheckpointError
 from projects.lisa.registry import register_all_modules
+from projects.lisa.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 PVT_URL = get_config('mmdet::pvt/retinanet_pvt-t_fpn_1x_coco.py').model.backbone.init_cfg.checkpoint
@@ -208,6 +209,7 @@ def test_a_missing_pretrain_file_stops_before_the_run_with_both_ways_forward(tmp
         assert (ROOT / classifier).is_file() and Path(sibling) == softmax_sibling(config), message
     assert set(CLASSIFIERS) >= {Path(parsed(c).pretrained).name[:-len('_in1k.pth')] for c in DENSE}
     config = ROOT / 'configs/segmentation/fpn_lisa-pvt-t_8xb4-40k_ade20k-512x512.py'
+    generate('ade20k', tmp_path / 'data', num_train=1, num_val=1, size=32, seed=0)  # data first: then the weights
     proc = subprocess.run([sys.executable, str(ROOT / 'tools/train.py'), str(config), '--dry-run'], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1

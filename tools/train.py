@@ -121,8 +121,6 @@ def main() -> None:
         except ValueError as error:
             sys.exit(str(error))
     choose_resume(cfg, args.resume)
-    if not cfg.get('resume') and (missing := missing_pretrained(cfg)):
-        sys.exit(missing)
     try:
         check_data_roots(cfg, ('train_dataloader', 'val_dataloader'))
     except FileNotFoundError as error:
@@ -133,6 +131,8 @@ def main() -> None:
         if any(p.error for p in problems):
             sys.exit(f'--check-data: invalid data, nothing trained:\n{report(problems)}')
         print(f'--check-data: {report(problems) if problems else "all samples valid"}')
+    if not cfg.get('resume') and (missing := missing_pretrained(cfg)):
+        sys.exit(missing)
     if args.dry_run:
         from projects.lisa.engine.preflight import preflight
         sys.exit(1 if preflight(cfg, show_config=args.show_config) else 0)
