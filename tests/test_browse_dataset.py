@@ -76,7 +76,7 @@ def test_classification_samples_show_their_class(workspace, monkeypatch):
 
 
 def test_the_task_follows_the_default_scope_else_the_library_of_the_dataset_type():
-    from projects.lisa.datasets.browse import task_scope
+    from projects.lisa.registry import config_scope as task_scope
     assert [task_scope(Config.fromfile(path)) for path in DEMOS.values()] == list(DEMOS)
 
     def config(dataset: str, scope: str | None = None) -> Config:

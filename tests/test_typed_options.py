@@ -59,6 +59,12 @@ def members(hint: object) -> tuple:
     return get_args(hint) if get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
 
 
+def numpy_defaults(cls: type, kind: type, convert) -> dict[str, object]:
+    """``convert(default)`` of each option of ``cls`` typed ``kind`` whose default is a ``kind`` (a numpy value)."""
+    return {name: convert(default) for name, (hint, default) in options(cls).items()
+            if kind in members(hint) and type(default) is kind}
+
+
 def takes(member: object, value: object) -> bool:
     """Whether one scalar (or Literal) member of a hint takes ``value``."""
     if get_origin(member) is Literal:
@@ -129,16 +135,14 @@ def test_the_issue_s_examples_are_refused_saying_what_is_valid(build, message):
 
 @pytest.mark.parametrize('cls', ATTENTION_CLASSES, ids=lambda c: c.__name__)
 def test_every_attention_takes_numpy_flags(cls):
-    flags = {name: np.bool_(default) for name, (hint, default) in options(cls).items()
-             if bool in members(hint) and isinstance(default, bool)}
+    flags = numpy_defaults(cls, bool, np.bool_)
     attn = cls(**{'dim': 8, 'num_heads': 2, **flags, 'qkv_bias': np.False_})
     assert attn.qkv.bias is None
 
 
 @pytest.mark.parametrize('cls', BACKBONE_CLASSES, ids=lambda c: c.__name__)
 def test_every_backbone_takes_numpy_flags(cls):
-    flags = {name: np.bool_(default) for name, (hint, default) in options(cls).items()
-             if bool in members(hint) and isinstance(default, bool)}
+    flags = numpy_defaults(cls, bool, np.bool_)
     model = cls(**{**SMALL[cls], **flags, 'qkv_bias': np.False_, 'with_cp': np.True_})
     blocks = [m for m in model.modules() if isinstance(m, TransformerBlock)]
     assert blocks and all(b.with_cp and b.attn.qkv.bias is None for b in blocks)
@@ -168,8 +172,7 @@ def test_the_issue_s_misspelt_options_name_the_valid_one(build, message):
 
 @pytest.mark.parametrize('cls', ATTENTION_CLASSES, ids=lambda c: c.__name__)
 def test_every_attention_takes_numpy_integers_as_ints(cls):
-    counts = {name: np.int64(default) for name, (hint, default) in options(cls).items()
-              if int in members(hint) and type(default) is int}
+    counts = numpy_defaults(cls, int, np.int64)
     attn = cls(**{**counts, 'dim': np.int64(8), 'num_heads': np.int64(2)})
     assert sum(p.numel() for p in attn.parameters()) == sum(p.numel() for p in cls(8, 2).parameters())
 

@@ -17,7 +17,7 @@ import sys
 from mmengine.config import DictAction
 from mmengine.logging import MMLogger
 
-from projects.lisa.apis import draw, inference, init_model
+from projects.lisa.apis import describe, draw, inference, init_model
 from projects.lisa.engine.safe_runtime import add_allow_args
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError
 
@@ -55,20 +55,7 @@ def main() -> None:
         sys.exit(str(error))
     result = inference(model, args.image)
     draw(model, args.image, result, args.out, score_thr=args.score_thr, opacity=args.opacity)
-    print(f'{args.out}: {describe(model, result)}')
-
-
-def describe(model, result) -> str:
-    """One line saying what was predicted."""
-    classes = model.dataset_meta.get('classes', ())
-    if 'pred_sem_seg' in result:
-        labels = result.pred_sem_seg.data.unique().tolist()
-        return 'classes ' + ', '.join(classes[i] if i < len(classes) else str(i) for i in labels)
-    if 'pred_instances' in result:
-        kept = result.pred_instances.scores >= 0
-        return f'{int(kept.sum())} instances'
-    label = int(result.pred_label)
-    return f'{classes[label] if label < len(classes) else label} ({float(result.pred_score[label]):.3f})'
+    print(f'{args.out}: {describe(model, result, args.score_thr)}')
 
 
 if __name__ == '__main__':

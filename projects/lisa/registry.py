@@ -57,6 +57,22 @@ def register_all_modules() -> list[str]:
     return scopes
 
 
+def config_scope(cfg, loader: str = 'train_dataloader') -> str:
+    """The library a config belongs to, one of :data:`SCOPES`: its ``default_scope``, else the library whose
+    registry defines the dataset type of ``loader``."""
+    scope = cfg.get('default_scope')
+    if scope in SCOPES:
+        return scope
+    dataset_type = ((cfg.get(loader) or {}).get('dataset') or {}).get('type')
+    for candidate in SCOPES:
+        registry = importlib.import_module(f'{candidate}.registry').DATASETS
+        registry.import_from_location()  # the library's datasets register on import
+        if dataset_type in registry.module_dict:
+            return candidate
+    raise ValueError(f'cannot tell the library of this config: default_scope={scope!r} and dataset type '
+                     f'{dataset_type!r} belong to none of {", ".join(SCOPES)}')
+
+
 def legacy_imports(cfg) -> str | None:
     """What to change if the config ``cfg`` (an MMEngine ``Config``) names the package in its
     ``custom_imports`` as configs did before issue 41 but not :data:`CUSTOM_IMPORT`; else None."""

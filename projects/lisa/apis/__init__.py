@@ -1,4 +1,4 @@
 """High-level entry points, as ``mmseg.apis`` / ``mmdet.apis``: a trained model on one image."""
-from .inference import draw, inference, init_model, task_of
+from .inference import describe, draw, inference, init_model
 
-__all__ = ['draw', 'inference', 'init_model', 'task_of']
+__all__ = ['describe', 'draw', 'inference', 'init_model']

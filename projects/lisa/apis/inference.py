@@ -1,7 +1,7 @@
 """Run a trained model of any LiSA config on one image and draw its prediction.
 
-The task is the config's ``default_scope``; each goes through its library's own inference
-call and visualiser, as that library's ``demo/image_demo.py`` does:
+The task is the config's library (:func:`~projects.lisa.registry.config_scope`); each goes through
+that library's own inference call and visualiser, as its ``demo/image_demo.py`` does:
 
 - ``mmseg``: ``mmseg.apis.inference_model``, drawn by ``SegLocalVisualizer`` (the label map
   blended over the image);
@@ -26,19 +26,9 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from torch import nn
 
+from projects.lisa.engine.dataset_loading import leaf_cfgs
 from projects.lisa.models.backbones.loading import load_checkpoint_strictly
-from projects.lisa.registry import register_all_modules
-
-TASKS = ('mmseg', 'mmdet', 'mmpretrain')
-
-
-def task_of(cfg: Config) -> str:
-    """The library a config belongs to (its ``default_scope``)."""
-    scope = cfg.get('default_scope')
-    if scope not in TASKS:
-        raise ValueError(f'default_scope={scope!r}: image inference needs a config of one of {TASKS} '
-                         '(segmentation, detection, classification)')
-    return scope
+from projects.lisa.registry import config_scope, register_all_modules
 
 
 def _dataset_meta(cfg: Config, checkpoint: dict) -> dict:
@@ -47,10 +37,8 @@ def _dataset_meta(cfg: Config, checkpoint: dict) -> dict:
     meta = checkpoint.get('meta', {}).get('dataset_meta')
     if meta:
         return meta
-    dataset = cfg.test_dataloader.dataset
-    while 'dataset' in dataset:  # wrappers (RepeatDataset, ...)
-        dataset = dataset.dataset
-    registry = importlib.import_module(f'{task_of(cfg)}.registry').DATASETS
+    dataset = leaf_cfgs(cfg.test_dataloader.dataset)[0]  # inside wrappers (RepeatDataset, ...)
+    registry = importlib.import_module(f'{config_scope(cfg, "test_dataloader")}.registry').DATASETS
     return {**registry.get(dataset.type).METAINFO, **(dataset.get('metainfo') or {})}
 
 
@@ -63,7 +51,7 @@ def init_model(config: str | Config, checkpoint: str, device: str = 'cpu', allow
     cfg = Config.fromfile(config) if isinstance(config, (str, Path)) else config
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
-    init_default_scope(task_of(cfg))
+    init_default_scope(config_scope(cfg, "test_dataloader"))
     model_cfg = cfg.model.get('model', cfg.model)  # a distiller wraps the model
     model_cfg.get('backbone', {}).pop('init_cfg', None)  # the checkpoint holds the whole model
     model_cfg.pop('pretrained', None)
@@ -78,7 +66,7 @@ def init_model(config: str | Config, checkpoint: str, device: str = 'cpu', allow
 
 def inference(model: nn.Module, image: str | np.ndarray):
     """The prediction of ``model`` (from :func:`init_model`) for one image: the library's data sample."""
-    task = task_of(model.cfg)
+    task = config_scope(model.cfg, "test_dataloader")
     if task == 'mmseg':
         from mmseg.apis import inference_model
         return inference_model(model, image)
@@ -95,7 +83,7 @@ def draw(model: nn.Module, image: str | np.ndarray, result, out_file: str, score
          opacity: float = 0.5) -> np.ndarray:
     """Draw ``result`` over ``image`` as the model's library draws it and write it to ``out_file``;
     returns the drawn RGB image."""
-    task = task_of(model.cfg)
+    task = config_scope(model.cfg, "test_dataloader")
     rgb = mmcv.imread(image, channel_order='rgb') if isinstance(image, str) else mmcv.bgr2rgb(image)
     name = f'lisa_image_demo_{id(model)}'  # visualisers are global instances, one per name
     if task == 'mmseg':
@@ -114,3 +102,19 @@ def draw(model: nn.Module, image: str | np.ndarray, result, out_file: str, score
         visualizer.visualize_cls(rgb, result, classes=model.dataset_meta.get('classes'), draw_gt=False,
                                  out_file=out_file)
     return visualizer.get_image()
+
+
+def describe(model: nn.Module, result, score_thr: float = 0.3) -> str:
+    """One line saying what ``result`` predicts: the classes of a label map, the instances scored at least
+    ``score_thr`` (those :func:`draw` draws), or the top class and its score."""
+    classes = model.dataset_meta.get('classes', ())
+
+    def name(i: int) -> str:
+        return classes[i] if i < len(classes) else str(i)
+
+    if 'pred_sem_seg' in result:
+        return 'classes ' + ', '.join(name(i) for i in result.pred_sem_seg.data.unique().tolist())
+    if 'pred_instances' in result:
+        return f'{int((result.pred_instances.scores >= score_thr).sum())} instances scored >= {score_thr}'
+    label = int(result.pred_label)
+    return f'{name(label)} ({float(result.pred_score[label]):.3f})'

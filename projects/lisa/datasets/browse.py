@@ -9,7 +9,6 @@ the label map blended over the image (``SegLocalVisualizer``), the boxes and mas
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,22 +29,6 @@ class Drawn:
     data_sample: object
 
 
-def task_scope(cfg: Config, loader: str = 'train_dataloader') -> str:
-    """``mmseg``, ``mmdet`` or ``mmpretrain``: the config's ``default_scope``, else the library that defines
-    the loader's dataset type."""
-    scope = cfg.get('default_scope')
-    if scope in DRAWERS:
-        return scope
-    dataset_type = cfg[loader].dataset.get('type')
-    for candidate in DRAWERS:
-        registry = importlib.import_module(f'{candidate}.registry').DATASETS
-        registry.import_from_location()  # the library's datasets register on import
-        if dataset_type in registry.module_dict:
-            return candidate
-    raise ValueError(f'cannot tell the task of this config: default_scope={scope!r} and dataset type '
-                     f'{dataset_type!r} belong to none of {", ".join(DRAWERS)}')
-
-
 def _for_detection(data_sample):
     """Boxes as a tensor and masks as a boolean array, the forms ``DetLocalVisualizer`` draws."""
     from mmdet.structures.bbox import BaseBoxes
@@ -64,7 +47,7 @@ def browse(cfg: Config, output_dir: str | Path, max_samples: int = 10, loader: s
     from mmengine.registry import DATASETS, VISUALIZERS, init_default_scope
 
     from ..engine.data_check import check_data_roots
-    from ..registry import register_all_modules
+    from ..registry import config_scope, register_all_modules
     if max_samples < 1:
         raise ValueError(f'max_samples={max_samples}; expected a positive number of samples to draw')
     if loader not in LOADERS or not cfg.get(loader):
@@ -72,7 +55,7 @@ def browse(cfg: Config, output_dir: str | Path, max_samples: int = 10, loader: s
                          f'{", ".join(name for name in LOADERS if cfg.get(name))}')
     check_data_roots(cfg, (loader, ))  # a missing dataset: what is missing and how to prepare it
     register_all_modules()
-    scope = task_scope(cfg, loader)
+    scope = config_scope(cfg, loader)
     init_default_scope(scope)
     dataset = DATASETS.build(cfg[loader].dataset)
     visualizer = VISUALIZERS.build(

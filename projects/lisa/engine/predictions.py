@@ -21,17 +21,12 @@ from collections.abc import Callable
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-
-def _scope(cfg: Config) -> str:
-    scope = cfg.get('default_scope')
-    if scope not in ('mmseg', 'mmdet', 'mmpretrain'):
-        raise ValueError(f'default_scope={scope!r}: --show-dir / --out know mmseg, mmdet and mmpretrain configs')
-    return scope
+from projects.lisa.registry import config_scope
 
 
 def show_predictions(cfg: Config, show_dir: str) -> None:
     """Make the test run draw every image into ``show_dir``."""
-    scope, show_dir = _scope(cfg), osp.abspath(show_dir)
+    scope, show_dir = config_scope(cfg, 'test_dataloader'), osp.abspath(show_dir)
     hook = (cfg.get('default_hooks') or {}).get('visualization')
     if hook is None:
         raise ValueError(f'--show-dir: the config has no default_hooks.visualization (the {scope} '
@@ -48,7 +43,7 @@ def show_predictions(cfg: Config, show_dir: str) -> None:
 def dump_predictions(cfg: Config, out: str) -> Callable[[Runner], None]:
     """What makes a test run keep its predictions at ``out``: call it on the built runner before ``test()``.
     Raises ``ValueError`` now if ``out`` cannot take the library's format."""
-    scope = _scope(cfg)
+    scope = config_scope(cfg, 'test_dataloader')
     if scope != 'mmseg' and not out.endswith(('.pkl', '.pickle')):
         raise ValueError(f'--out {out!r}: {scope} predictions are pickled; give a .pkl file')
 

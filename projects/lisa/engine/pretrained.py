@@ -14,6 +14,8 @@ from collections.abc import Iterator, Mapping
 
 from mmengine.config import Config
 
+from projects.lisa.models.backbones.loading import is_url
+
 #: ``pretrain/<model>_in1k.pth`` -> the ImageNet-1K classification config that writes it.
 CLASSIFIERS: dict[str, str] = {
     'pvt-t': 'pvt-tiny_softmax', 'flatten-pvt-t': 'pvt-tiny_flatten', 'lisa-pvt-t': 'pvt-tiny_lisa',
@@ -48,7 +50,7 @@ def missing_pretrained(cfg: Config) -> str | None:
     """What to do about the first local ``Pretrained`` checkpoint of ``cfg.model`` that does not exist;
     None when every one exists (URLs are the mm libraries' to fetch)."""
     for key, path in pretrained_checkpoints(cfg.get('model')):
-        if re.match(r'^[\w-]+://', path) or osp.exists(path):
+        if is_url(path) or osp.exists(path):
             continue
         ways = []
         model = re.fullmatch(r'(.+)_in1k\.pth', osp.basename(path))

@@ -118,6 +118,11 @@ def adapt_state_dict(model: nn.Module, state_dict: dict[str, Tensor]) -> tuple[d
     return converted, resized
 
 
+def is_url(path: str) -> bool:
+    """Whether a checkpoint path is a URL (``https://``, ``open-mmlab://``, ...), for the libraries to fetch."""
+    return re.match(r'^[\w-]+://', path) is not None
+
+
 def _globs(keys: Sequence[str]) -> list[str]:
     """Globs covering ``keys``, indices replaced by ``*`` (for the error's hint)."""
     return sorted({re.sub(r'(?<=\.)\d+(?=\.)|^\d+(?=\.)', '*', k) for k in keys})
@@ -275,7 +280,7 @@ def load_pretrained(model: nn.Module, checkpoint: str, prefix: str | None = None
     new by design, left as initialised) or, for a tensor of another shape, a glob of
     ``allow_mismatch`` (left as initialised).
     """
-    if not re.match(r'^[\w-]+://', checkpoint) and not osp.exists(checkpoint):
+    if not is_url(checkpoint) and not osp.exists(checkpoint):
         raise FileNotFoundError(
             f'init_cfg checkpoint {checkpoint!r} does not exist. Pretrain the backbone with its '
             "configs/classification config, or start from a softmax checkpoint (init_cfg's allow_new="
