@@ -11,9 +11,9 @@ from mmengine.analysis import FlopAnalyzer
 from mmengine.config import Config
 from torch import nn
 
-from projects.lisa.analysis.benchmark import cuda_peak_bytes, loglog_plot, median_seconds, saved_tensor_bytes
-from projects.lisa.analysis.flops import Complexity, config_complexity, flop_analyzer, model_complexity
 from projects.lisa.analysis.walk_maps import attention_matrices, query_token, split_row
+from projects.lisa.benchmarks.flops import Complexity, config_complexity, flop_analyzer, model_complexity
+from projects.lisa.benchmarks.timing import cuda_peak_bytes, loglog_plot, median_seconds, saved_tensor_bytes
 from projects.lisa.models.attention import build_attention
 from projects.lisa.models.attention.layers import merge_heads
 from projects.lisa.models.attention.ops import geometric_weights, neighbourhood_attention, random_walk

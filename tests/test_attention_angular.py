@@ -9,7 +9,7 @@ import attention_reference as ref
 import pytest
 import torch
 
-from projects.lisa.analysis.flops import model_complexity
+from projects.lisa.benchmarks.flops import model_complexity
 from projects.lisa.models.attention import ATTENTIONS, AngularAttention, KernelAttention, build_attention
 from projects.lisa.models.backbones import LiSAViT
 

@@ -1,4 +1,4 @@
-"""The attention-layer benchmark (projects.lisa.analysis.attention_benchmark) and its command line,
+"""The attention-layer benchmark (projects.lisa.benchmarks.attention) and its command line,
 tools/benchmark_attention.py."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from projects.lisa.analysis import attention_benchmark as bench
+from projects.lisa.benchmarks import attention as bench
 from tools import benchmark_attention as tool
 
 

@@ -11,7 +11,7 @@ from backends import BACKENDS, FAST, require
 from torch import nn
 from torch.func import functional_call
 
-from projects.lisa.analysis.attention_benchmark import allocated_peak_bytes, setup
+from projects.lisa.benchmarks.attention import allocated_peak_bytes, setup
 from projects.lisa.models.attention import LiSAAttention, build_attention, set_backend
 from projects.lisa.models.attention.layers import PositionalEncoding
 from projects.lisa.models.attention.ops import (

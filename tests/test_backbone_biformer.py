@@ -183,7 +183,7 @@ def test_converter_leaves_our_own_state_dicts_unchanged():
 @pytest.mark.slow
 @pytest.mark.parametrize('arch', ['tiny', 'small', 'base'])
 def test_bra_configs_count_biformers_published_flops_at_224(arch):
-    from projects.lisa.analysis.flops import config_complexity
+    from projects.lisa.benchmarks.flops import config_complexity
     result = config_complexity(ROOT / f'configs/classification/biformer-{arch}_bra_8xb128_in1k.py')
     assert result.input_hw == (224, 224)
     assert (round(result.params / 1e6, 1), round(result.flops / 1e9, 1)) == PUBLISHED[arch]

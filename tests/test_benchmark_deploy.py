@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from projects.lisa.analysis import deploy_benchmark
+from projects.lisa.benchmarks import deploy as deploy_benchmark
 from projects.lisa.deploy import agreement
 from tools import benchmark_deploy
 

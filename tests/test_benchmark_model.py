@@ -1,4 +1,4 @@
-"""The dense models' benchmark (projects.lisa.analysis.model_benchmark): the Table 3 backbones (+ FPN neck)
+"""The dense models' benchmark (projects.lisa.benchmarks.model): the Table 3 backbones (+ FPN neck)
 timed side by side, and its command line, tools/benchmark_model.py --dense."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from projects.lisa.analysis import model_benchmark as bench
-from projects.lisa.analysis.benchmark import median_times
+from projects.lisa.benchmarks import model as bench
+from projects.lisa.benchmarks.timing import median_times
 from tools import benchmark_model
 
 ROOT = Path(__file__).resolve().parents[1]

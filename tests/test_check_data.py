@@ -1,4 +1,4 @@
-"""tools/check_data.py and its rules (projects.lisa.engine.split_check and the checks it runs): every invalid
+"""tools/check_data.py and its rules (projects.lisa.data_checks.split_check and the checks it runs): every invalid
 sample of a split is listed with its file, the bad value and what is valid; intact data passes.
 
 The datasets are real-format files of ``projects.lisa.synthetic`` with defects injected here; the rules are
@@ -29,10 +29,10 @@ from test_downstream_data_errors import (
     with_data_root,
 )
 
-from projects.lisa.engine.data_problems import Problem, ranges
-from projects.lisa.engine.image_check import image_size
-from projects.lisa.engine.label_map_check import LabelMapCheck
-from projects.lisa.engine.split_check import CLASSES, check_config_data, check_samples
+from projects.lisa.data_checks.data_problems import Problem, ranges
+from projects.lisa.data_checks.image_check import image_size
+from projects.lisa.data_checks.label_map_check import LabelMapCheck
+from projects.lisa.data_checks.split_check import CLASSES, check_config_data, check_samples
 from projects.lisa.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +103,7 @@ def test_every_invalid_label_map_of_a_split_is_listed_and_intact_splits_pass(dam
 
 
 def test_parallel_scan_finds_what_a_serial_scan_finds(damaged_ade20k, ade20k):
-    from projects.lisa.engine.dataset_loading import load_dataset
+    from projects.lisa.data_checks.dataset_loading import load_dataset
     cfg = with_data_root(SEG_DEMO, ade20k)
     dataset, _ = load_dataset(cfg.train_dataloader.dataset)
     serial = samples(check_samples(dataset, workers=1))
@@ -457,7 +457,7 @@ def test_a_segmentation_head_of_other_classes_than_the_data_is_named_with_both_s
     cfg.model[setting].num_classes = value
     found = check_config_data(cfg, ('train_dataloader', ), workers=1)['train_dataloader']
     [problem] = [p for p in found if p.file.startswith('model.')]
-    from projects.lisa.engine.dataset_loading import load_dataset
+    from projects.lisa.data_checks.dataset_loading import load_dataset
     dataset, _ = load_dataset(cfg.train_dataloader.dataset)
     classes = dataset.metainfo['classes']
     assert problem.error and problem.file == f'model.{setting}.num_classes={value}'

@@ -2,7 +2,7 @@
 
 The datasets are real-format files written by ``projects.lisa.synthetic`` and
 then damaged here; the errors are those a run of ``tools/train.py`` /
-``tools/test.py`` meets (their :class:`projects.lisa.engine.data_check.Runner`).
+``tools/test.py`` meets (their :class:`projects.lisa.data_checks.data_check.Runner`).
 """
 import io
 import json
@@ -18,7 +18,7 @@ from mmengine.config import Config
 from mmengine.registry import DefaultScope, init_default_scope
 from PIL import Image
 
-from projects.lisa.engine.data_check import DataError, Runner, check_data_roots
+from projects.lisa.data_checks.data_check import DataError, Runner, check_data_roots
 from projects.lisa.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -276,7 +276,7 @@ def test_invalid_coco_annotation_is_named_with_its_id_value_and_what_is_valid(co
 
 def test_data_paths_of_a_dataset_whose_prefix_is_one_folder():
     # mmpretrain's ImageNet takes data_prefix='train' (a string), mmseg/mmdet a dict.
-    from projects.lisa.engine.data_check import dataset_files
+    from projects.lisa.data_checks.data_check import dataset_files
     assert dataset_files(dict(data_root='data/imagenet', data_prefix='train', ann_file='meta/train.txt')) == [
         'data/imagenet', 'data/imagenet/train', 'data/imagenet/meta/train.txt']
     assert dataset_files(dict(data_root='d', data_prefix=dict(img_path='images', seg_map_path=''))) == [

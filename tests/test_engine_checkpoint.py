@@ -149,9 +149,9 @@ def test_every_config_inherits_the_safe_runtime_and_its_hooks_build(config):
     # so `mim train` (the libraries' own train.py) runs with them too: through configs/_base_/lisa_runtime.py
     from mmengine.registry import HOOKS
 
-    from projects.lisa.engine.checkpoint_hook import SafeRuntimeHook
     from projects.lisa.engine.nonfinite import NonFiniteGuardHook
-    from projects.lisa.engine.safe_runtime import add_safe_runtime
+    from projects.lisa.engine.runtime_config import add_safe_runtime
+    from projects.lisa.engine.runtime_hook import SafeRuntimeHook
     cfg = Config.fromfile(str(config))
     hooks = [HOOKS.build(h) for h in cfg.custom_hooks]
     assert [type(h) for h in hooks] == [SafeRuntimeHook, NonFiniteGuardHook]

@@ -22,7 +22,7 @@ from mmengine.runner import Runner
 
 import projects.lisa.registry  # noqa: F401  (registers the hooks)
 from projects.lisa.engine import checkpoint_hook
-from projects.lisa.engine.checkpoint_hook import NoSpaceForCheckpointError, remove_partial_saves
+from projects.lisa.engine.checkpoint import NoSpaceForCheckpointError, remove_partial_saves
 
 Usage = namedtuple('Usage', 'total used free')
 

@@ -25,7 +25,7 @@ from mmengine.runner import Runner
 from test_engine_checkpoint import environment, toy_config_file
 
 import projects.lisa.registry  # noqa: F401  (registers the hooks)
-from projects.lisa.engine import checkpoint_hook
+from projects.lisa.engine import checkpoint
 from projects.lisa.engine.work_dir_lock import (
     LOCK_NAME,
     LockHolder,
@@ -121,8 +121,8 @@ def test_temporary_files_are_the_runs_own(tmp_path, monkeypatch):
     monkeypatch.setattr(mm_runner, 'save_checkpoint', lambda ckpt, filename, **kw: (written.append(filename),
                                                                                       real(ckpt, filename, **kw)))
     Runner.from_cfg(Config(engine_toy.toy_config(str(tmp_path), max_iters=1, interval=1))).train()
-    assert written == [str(tmp_path / f'iter_1.pth{checkpoint_hook.TMP_SUFFIX}')]
-    assert f'.{os.getpid()}-' in checkpoint_hook.TMP_SUFFIX
+    assert written == [str(tmp_path / f'iter_1.pth{checkpoint.TMP_SUFFIX}')]
+    assert f'.{os.getpid()}-' in checkpoint.TMP_SUFFIX
     assert not (tmp_path / LOCK_NAME).exists()  # released at the end of the run
 
 

@@ -17,14 +17,14 @@ MM = ('mmengine', 'mmcv', 'mmdet', 'mmseg', 'mmpretrain')
 def test_the_gpu_check_modules_import_without_openmmlab():
     """The benchmark tools and the DeiT import with every OpenMMLab package made unimportable."""
     code = (f'import sys; sys.modules.update(dict.fromkeys({MM!r})); '
-            'import tools.gpu_check, tools.benchmark_attention, tools.benchmark_model, projects.lisa.analysis.deit; '
+            'import tools.gpu_check, tools.benchmark_attention, tools.benchmark_model, projects.lisa.benchmarks.deit; '
             f'assert not any(sys.modules.get(m) for m in {MM!r})')
     subprocess.run([sys.executable, '-c', code], cwd=ROOT, env={**os.environ, 'PYTHONPATH': str(ROOT)}, check=True)
 
 
 def test_torch_only_deit_is_lisavit_layer_for_layer():
     """Same state dict keys, and with the same weights the same class-token features."""
-    from projects.lisa.analysis.deit import DeiT
+    from projects.lisa.benchmarks.deit import DeiT
     from projects.lisa.models.backbones.vit import LiSAViT
 
     torch.manual_seed(0)

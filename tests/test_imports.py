@@ -186,7 +186,7 @@ def test_the_attention_family_and_the_gpu_check_import_with_torch_alone():
         import projects.lisa.models.attention, projects.lisa.models.attention.ops
         from projects.lisa.models.attention import build_attention
         build_attention(dict(type='lisa', num_steps=2), dim=8, num_heads=2)
-        import tools.gpu_check, tools.benchmark_attention, tools.benchmark_model, projects.lisa.analysis.deit
+        import tools.gpu_check, tools.benchmark_attention, tools.benchmark_model, projects.lisa.benchmarks.deit
         for name in {GPU_CHECK_TEST_MODULES!r}:
             __import__(name)
     ''')
@@ -200,7 +200,8 @@ def test_importing_the_models_and_the_engine_registers_nothing_and_the_registry_
         from mmengine.registry import HOOKS, OPTIM_WRAPPERS
         import mmdet.registry, mmpretrain.registry, mmseg.registry
         import projects.lisa.models.backbones, projects.lisa.models.attention, projects.lisa.deploy.onnx
-        import projects.lisa.engine.data_check, projects.lisa.engine.safe_runtime, projects.lisa.engine.checkpoint
+        import projects.lisa.data_checks.data_check, projects.lisa.engine.checkpoint
+        import projects.lisa.engine.runtime_config
         from projects.lisa.models.backbones import __all__ as backbones
         scopes = (mmseg.registry, mmdet.registry, mmpretrain.registry)
         assert not any(name in s.MODELS.module_dict for s in scopes for name in backbones)

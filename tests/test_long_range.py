@@ -12,9 +12,8 @@ import pytest
 from PIL import Image
 from scipy import ndimage
 
-from projects.lisa.analysis import long_range as report
-from projects.lisa.analysis import long_range_sweep as sweep
-from projects.lisa.synthetic.long_range import (
+from projects.lisa.long_range import report, sweep
+from projects.lisa.long_range.tasks import (
     CUE_RING,
     IGNORE,
     PALETTE,
@@ -166,7 +165,7 @@ def test_write_probe_formats(tmp_path):
 
 
 def test_metric_bins_by_distance_and_hops():
-    from projects.lisa.synthetic.long_range_metric import binned_counts
+    from projects.lisa.long_range.metric import binned_counts
     label = np.array([[0, 1, 255], [1, 0, 1]])
     pred = np.array([[0, 0, 1], [1, 1, 1]])
     probe = np.array([[[5, 20, 0], [40, 15, 300]], [[1, 1, 1], [2, 2, 2]]])
@@ -487,7 +486,7 @@ def test_a_failed_run_stops_the_sweep_before_the_runs_not_yet_started(tmp_path, 
 
 
 def test_metric_reports_a_hop_and_bin_over_its_label_classes_together():
-    from projects.lisa.synthetic.long_range_metric import LongRangeAccuracy
+    from projects.lisa.long_range.metric import LongRangeAccuracy
     metric = LongRangeAccuracy(distance_bins=(0, 16, 64))
     metric.results = [{(0, 1, 0): (3, 4), (1, 1, 0): (1, 4), (1, 2, 1): (2, 2)}]
     got = metric.compute_metrics(metric.results)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from projects.lisa.synthetic.long_range import (
+from projects.lisa.long_range.tasks import (
     CUE_RING,
     HOP_MARKS,
     IGNORE,

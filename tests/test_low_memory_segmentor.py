@@ -1,4 +1,4 @@
-"""Evaluation of large images at full resolution (projects.lisa.models.segmentors, engine.eval_memory): the
+"""Evaluation of large images at full resolution (projects.lisa.models.segmentors, data_checks.eval_memory): the
 configs' segmentor predicts what mmseg's ``EncoderDecoder`` predicts, in memory of the order of the label map,
 and ``check_data`` names the images whose test step would not fit.
 
@@ -132,12 +132,12 @@ def test_the_configs_predict_a_large_image_in_memory_of_the_order_of_its_label_m
     label_map = 8 * size * size
     peak = peak_of_postprocessing(SEG_DEMO, size)
     assert peak < 4 * label_map, f'{peak / 1e6:.0f} MB'
-    from projects.lisa.engine.eval_memory import REDUCED
+    from projects.lisa.data_checks.eval_memory import REDUCED
     assert peak <= REDUCED * size * size * 1.2  # what check_data estimates for it (1.2: allocator slack)
 
 
 def test_the_estimate_of_an_8000_px_image_is_mmseg_s_resize_or_a_few_label_maps():
-    from projects.lisa.engine.eval_memory import EvalMemory
+    from projects.lisa.data_checks.eval_memory import EvalMemory
     from projects.lisa.models.segmentors import MAX_LOGITS_BYTES
     rescales = (('AlignResize', (2048, 512), ''), )  # the configs' test resize
     pixels = 8000 * 8000
@@ -166,7 +166,7 @@ def test_check_data_names_an_image_whose_evaluation_would_not_fit(tmp_path):
     # 0.9 GB; the low-memory segmentor (reducing logits over 1 MB) needs about 46 B/px, 69 MB.
     from test_downstream_data_errors import with_data_root
 
-    from projects.lisa.engine.split_check import check_config_data
+    from projects.lisa.data_checks.split_check import check_config_data
     from projects.lisa.synthetic import generate
     generate('ade20k', tmp_path, num_train=1, num_val=2, size=32, seed=0)
     root = tmp_path / 'ade' / 'ADEChallengeData2016'

@@ -61,7 +61,7 @@ sys.addaudithook(lambda event, args: event == 'open' and isinstance(args[0], str
 from mmengine.config import Config
 from mmengine.runner import Runner
 import projects.lisa
-from projects.lisa.engine.safe_runtime import add_safe_runtime
+from projects.lisa.engine.runtime_config import add_safe_runtime
 assert not projects.lisa.__file__.startswith(repo), projects.lisa.__file__
 cfg = Config.fromfile('fpn.py')
 cfg.work_dir = 'work'

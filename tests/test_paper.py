@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from projects.lisa.analysis import deploy_benchmark, model_benchmark
 from projects.lisa.analysis.paper import PAPER_GFLOPS, PAPER_MODELS, paper_models
 from projects.lisa.analysis.results import parse_config_name
+from projects.lisa.benchmarks import deploy as deploy_benchmark
+from projects.lisa.benchmarks import model as model_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,8 +17,8 @@ from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 import projects.lisa.registry  # noqa: F401  (registers the hooks)
-from projects.lisa.engine.checkpoint_hook import ResumeConfigError
 from projects.lisa.engine.resume import config_changes, find_resumable_checkpoint
+from projects.lisa.engine.runtime_hook import ResumeConfigError
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError
 
 

@@ -24,7 +24,7 @@ The setting of LiSA's supplementary Table 13: one DeiT-T attention layer
     the OS instead of staying in the heap (otherwise the first warm-up
     run's pages are reused and the peak is undercounted).
 
-What it measures is ``projects.lisa.analysis.attention_benchmark``; this tool parses the
+What it measures is ``projects.lisa.benchmarks.attention``; this tool parses the
 options and writes the results. It prints a table with the ratios to FLatten measured in the same run and
 saves ``attention_benchmark.png`` (log-log latency and memory versus N) and
 ``attention_benchmark.json`` under ``--out``.
@@ -43,8 +43,8 @@ from pathlib import Path
 
 import torch
 
-from projects.lisa.analysis.attention_benchmark import METHODS, grid_of, markdown, run, table
-from projects.lisa.analysis.benchmark import keep_freed_memory, loglog_plot
+from projects.lisa.benchmarks.attention import METHODS, grid_of, markdown, run, table
+from projects.lisa.benchmarks.timing import keep_freed_memory, loglog_plot
 from projects.lisa.models.attention import ops
 
 

@@ -1,6 +1,6 @@
 """The exported models against eager PyTorch: agreement, export time, file size, latency (docs/deploy.md).
 
-Two parts (``projects.lisa.analysis.deploy_benchmark`` measures, this tool parses the options,
+Two parts (``projects.lisa.benchmarks.deploy`` measures, this tool parses the options,
 prints and writes the results):
 
 * **trained**: the demo's trained Mask R-CNN (``--config``, ``--checkpoint``; ``make demo``
@@ -38,8 +38,7 @@ from pathlib import Path
 
 import torch
 
-from projects.lisa.analysis.benchmark import keep_freed_memory
-from projects.lisa.analysis.deploy_benchmark import (
+from projects.lisa.benchmarks.deploy import (
     MODELS,
     document,
     key,
@@ -48,6 +47,7 @@ from projects.lisa.analysis.deploy_benchmark import (
     measure_trained,
     trained_table,
 )
+from projects.lisa.benchmarks.timing import keep_freed_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = 'mask-rcnn_lisa-pvt-t_fpn_1xb4-12e_synthetic-coco-96'

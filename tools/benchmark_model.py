@@ -3,7 +3,7 @@
 **DeiT-T** (default) with softmax, FLatten and LiSA attention.
 The model is DeiT-T (patch 16, 12 layers, C = 192, 3 heads) with the
 attention of the DeiT-T configs in every layer, built with torch alone
-(``projects.lisa.analysis.deit``: the forward pass of ``LiSAViT``) at each input
+(``projects.lisa.benchmarks.deit``: the forward pass of ``LiSAViT``) at each input
 size (its position tables at that grid), batch 1, no drop path. At an
 input of S x S it sees ``1 + (S/16)^2`` tokens: 197 at 224, 16,385 at 2048. For every attention and size it measures
 
@@ -11,7 +11,7 @@ input of S x S it sees ``1 + (S/16)^2`` tokens: 197 at 224, 16,385 at 2048. For 
 * ``train``: latency of a training step (forward, backward of the sum of the
   class-token output into every parameter);
 * ``saved``: bytes autograd keeps for the backward of that step (distinct
-  storages, parameters and input excluded; ``projects.lisa.analysis.benchmark``),
+  storages, parameters and input excluded; ``projects.lisa.benchmarks.timing``),
   on every device; on CUDA also ``peak``: ``torch.cuda.max_memory_allocated``
   during the step above what was allocated before it.
 
@@ -49,7 +49,7 @@ each model's counted FLOPs (this project's counter, ``tools/get_flops.py``:
 one multiply-add = one FLOP) for the forward at both inputs and their
 ratios: the speed the FLOPs allow, beside the speed measured.
 
-What it measures is ``projects.lisa.analysis.model_benchmark``; this tool parses the options,
+What it measures is ``projects.lisa.benchmarks.model``; this tool parses the options,
 prints and writes the results. DeiT-T needs torch alone (and matplotlib for the plot); ``--dense`` needs
 mmengine, mmcv and mmseg. Runs on the CPU and on
 CUDA (``--device``). ``--markdown PATH`` also writes the table to PATH.
@@ -70,8 +70,7 @@ from pathlib import Path
 
 import torch
 
-from projects.lisa.analysis.benchmark import keep_freed_memory, loglog_plot
-from projects.lisa.analysis.model_benchmark import (
+from projects.lisa.benchmarks.model import (
     ATTENTIONS,
     DENSE,
     PATCH,
@@ -83,6 +82,7 @@ from projects.lisa.analysis.model_benchmark import (
     table,
     write_results,
 )
+from projects.lisa.benchmarks.timing import keep_freed_memory, loglog_plot
 from projects.lisa.models.attention import ops
 
 CONFIGS = Path(__file__).resolve().parents[1] / 'configs'  # the configs of the paper's models

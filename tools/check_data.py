@@ -19,9 +19,9 @@ import sys
 
 from mmengine.config import Config, DictAction
 
-from projects.lisa.engine.data_check import check_data_roots
-from projects.lisa.engine.data_problems import report
-from projects.lisa.engine.split_check import check_config_data
+from projects.lisa.data_checks.data_check import check_data_roots
+from projects.lisa.data_checks.data_problems import report
+from projects.lisa.data_checks.split_check import check_config_data
 from projects.lisa.registry import register_all_modules
 
 SPLITS = {'train': 'train_dataloader', 'val': 'val_dataloader', 'test': 'test_dataloader'}

@@ -17,10 +17,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from projects.lisa.analysis.paper import ROWS, TABLES, Row
 from projects.lisa.analysis.results import (
-    ROWS,
-    TABLES,
-    Row,
     compare,
     find_benchmarks,
     find_runs,

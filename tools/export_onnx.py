@@ -27,7 +27,7 @@ import torch
 
 from projects.lisa.deploy import build_model, export, inference_metadata, relative_errors
 from projects.lisa.engine.checkpoint import CheckpointReadError, load_checkpoint_file
-from projects.lisa.engine.safe_runtime import add_allow_args
+from projects.lisa.engine.runtime_config import add_allow_args
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError
 from projects.lisa.registry import register_all_modules
 

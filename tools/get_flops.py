@@ -2,7 +2,7 @@
 
 MMEngine's jit-trace FLOP counter (one multiply-add = one FLOP, matrix
 products counted) with handles for softmax attention, LiSA's walk and its
-local branch (``projects/lisa/analysis/flops.py``). Inputs: segmentation
+local branch (``projects/lisa/benchmarks/flops.py``). Inputs: segmentation
 2048x512, detection 1280x800, classification the backbone's image size;
 ``--shape`` overrides. The model is built from the config without loading
 weights.
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from projects.lisa.analysis.flops import Complexity, config_complexity
 from projects.lisa.analysis.paper import PAPER_GFLOPS, PAPER_MODELS
+from projects.lisa.benchmarks.flops import Complexity, config_complexity
 from projects.lisa.registry import register_all_modules
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ each in a fresh Python process:
    every tensor created on ``--device`` by default (``torch.set_default_device``);
 2. ``attention``: ``tools/benchmark_attention.py``, one attention layer of
    DeiT-T (C = 192, 3 heads) from 197 to 65,536 tokens;
-3. ``deit``: ``tools/benchmark_model.py``, DeiT-T (``projects.lisa.analysis.deit``)
+3. ``deit``: ``tools/benchmark_model.py``, DeiT-T (``projects.lisa.benchmarks.deit``)
    at 224² and 2048² (197 and 16,385 tokens), beside the paper's Table 13.
 
 Writes ``gpu_check.json`` and ``gpu_check.md`` (and each step's own files) to

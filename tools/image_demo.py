@@ -18,7 +18,7 @@ from mmengine.config import DictAction
 from mmengine.logging import MMLogger
 
 from projects.lisa.apis import describe, draw, inference, init_model
-from projects.lisa.engine.safe_runtime import add_allow_args
+from projects.lisa.engine.runtime_config import add_allow_args
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError
 
 

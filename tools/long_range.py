@@ -6,7 +6,7 @@
 
 The protocol (paired runs: run ``r`` trains with seed ``r`` on the generator's draw ``r``; each
 attention's lr chosen on development draws; reported runs on fresh draws) is in
-``projects/lisa/analysis/long_range_sweep.py``; the report in ``projects/lisa/analysis/long_range.py``.
+``projects/lisa/long_range/sweep.py``; the report in ``projects/lisa/long_range/report.py``.
 Rows go to ``<work-dir>/rows.jsonl`` (or ``--rows``) as runs finish; a second call skips the runs
 already there, so a sweep resumes where it stopped (``make long-range`` keeps them in
 ``docs/long_range_rows.jsonl``).
@@ -21,8 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from projects.lisa.analysis import long_range as report  # noqa: E402
-from projects.lisa.analysis import long_range_sweep as sweep  # noqa: E402
+from projects.lisa.long_range import report, sweep  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -19,11 +19,11 @@ import sys
 
 from mmengine.config import Config, DictAction
 
+from projects.lisa.data_checks.data_check import Runner, check_data_roots
 from projects.lisa.engine.checkpoint import CheckpointReadError, load_checkpoint_file
-from projects.lisa.engine.data_check import Runner, check_data_roots
 from projects.lisa.engine.dist import setup_cpu_distributed
 from projects.lisa.engine.predictions import dump_predictions, show_predictions
-from projects.lisa.engine.safe_runtime import add_allow_args, add_safe_runtime
+from projects.lisa.engine.runtime_config import add_allow_args, add_safe_runtime
 from projects.lisa.registry import legacy_imports, register_all_modules
 
 

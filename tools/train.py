@@ -25,15 +25,16 @@ import sys
 
 from mmengine.config import Config, DictAction
 
+from projects.lisa.data_checks.data_check import Runner, check_data_roots
+from projects.lisa.data_checks.data_problems import report
+from projects.lisa.data_checks.split_check import check_config_data
 from projects.lisa.engine.amp import enable_amp
-from projects.lisa.engine.checkpoint_hook import ResumeConfigError, remove_partial_saves
-from projects.lisa.engine.data_check import Runner, check_data_roots
-from projects.lisa.engine.data_problems import report
+from projects.lisa.engine.checkpoint import remove_partial_saves
 from projects.lisa.engine.dist import setup_cpu_distributed
 from projects.lisa.engine.pretrained import missing_pretrained
 from projects.lisa.engine.resume import checkpoint_problem, find_resumable_checkpoint
-from projects.lisa.engine.safe_runtime import add_allow_args, add_safe_runtime
-from projects.lisa.engine.split_check import check_config_data
+from projects.lisa.engine.runtime_config import add_allow_args, add_safe_runtime
+from projects.lisa.engine.runtime_hook import ResumeConfigError
 from projects.lisa.engine.work_dir_lock import WorkDirLockedError, lock_work_dir
 from projects.lisa.models.backbones.loading import IncompleteCheckpointError
 from projects.lisa.registry import legacy_imports, register_all_modules

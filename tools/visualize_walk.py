@@ -34,11 +34,11 @@ from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner import load_checkpoint
 from torch import nn
 
-from projects.lisa.analysis.flops import backbone_input_hw
 from projects.lisa.analysis.walk_maps import attention_matrices, query_row, query_token, split_row
+from projects.lisa.benchmarks.flops import backbone_input_hw
+from projects.lisa.long_range.tasks import IGNORE, lookup_scene, pathfinder_scene, rng_for
 from projects.lisa.models.attention import KernelAttention
 from projects.lisa.registry import register_all_modules
-from projects.lisa.synthetic.long_range import IGNORE, lookup_scene, pathfinder_scene, rng_for
 from projects.lisa.synthetic.synthetic import coco_scene
 
 
@@ -57,7 +57,7 @@ def load_image(path: Path | None, input_hw: tuple[int, int], seed: int) -> np.nd
 
 
 def probe_image(task: str, size: int, seed: int) -> tuple[np.ndarray, tuple[float, float]]:
-    """A long-range probe image (``projects/lisa/synthetic/long_range.py``) of side ``size`` and
+    """A long-range probe image (``projects/lisa/long_range/tasks.py``) of side ``size`` and
     the query ``(x, y)`` where range matters: the shape cell farthest from the cue (lookup),
     the far end of the marked curve (pathfinder)."""
     rng = rng_for(seed, task, 'val', 0)

@@ -1,12 +1,11 @@
-# Long-range lookup probe (projects/lisa/synthetic/long_range.py), the shared recipe of every attention:
+# Long-range lookup probe (projects/lisa/long_range/tasks.py), the shared recipe of every attention:
 # a 1-layer ViT (width 64, 2 heads, patch 4 px: a 16x16 token grid on 64 px images, no class token),
 # a 1x1 classifier on its tokens (FCNHead without convs: no spatial mixing outside the attention)
 # and one schedule. The other configs of this folder change `attn_cfgs` only. One layer, so that a
 # k-hop chain is k steps of one attention: one-hop attentions see every relay at once but must
 # resolve the chain in the MLP, LiSA's walk S^k V can follow it (T = 3 reaches 2 hops).
 # Data: `python tools/long_range.py --generate-only --tasks lookup-hops2 --runs 1` writes the draw below.
-custom_imports = dict(imports=['projects.lisa.registry', 'projects.lisa.synthetic.long_range_metric'],
-                      allow_failed_imports=False)
+custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = ['mmseg::_base_/default_runtime.py', '../_base_/lisa_runtime.py']
 
 data_root = 'data/long_range/lookup-hops2/draw1000'  # tools/long_range.py sets each run's draw

@@ -1,4 +1,4 @@
-# Pathfinder classification (projects/lisa/synthetic/long_range.py, `pathfinder_cls`): are the two markers
+# Pathfinder classification (projects/lisa/long_range/tasks.py, `pathfinder_cls`): are the two markers
 # on one contour? The lookup probe's 1-layer ViT and init (width 64, patch 4, no class token), its tokens averaged
 # into a linear classifier (mmpretrain), with the lookup probe's optimizer (AdamW, lr 2e-3, clipping at 1) but
 # batch 8 and 50 warm-up iterations.

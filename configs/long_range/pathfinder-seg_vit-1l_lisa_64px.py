@@ -1,4 +1,4 @@
-# Pathfinder segmentation (projects/lisa/synthetic/long_range.py, `pathfinder_seg`): which contour pixels
+# Pathfinder segmentation (projects/lisa/long_range/tasks.py, `pathfinder_seg`): which contour pixels
 # are connected to the marked one, with the lookup probe's model and recipe (./lookup_vit-1l_softmax_64px.py)
 # at 64 px. Pixels are binned by their distance along the contour (px) and the dash gaps crossed.
 # Data: `tools/long_range.py --generate-only --tasks pathfinder-seg --runs 1` (the generator's default

@@ -1,4 +1,4 @@
-# Pointer probe (projects/lisa/synthetic/long_range.py: pointer_scene): the lookup's model
+# Pointer probe (projects/lisa/long_range/tasks.py: pointer_scene): the lookup's model
 # (./lookup_vit-1l_softmax_64px.py: 1-layer ViT, width 64, 2 heads, 4 px patches, 1x1 head) on a per-image
 # random pointer map over 10 symbols; the query cells' label is the symbol reached after h hops, so the
 # head has 10 classes (chance 10 %; a model blind to which ring holds which centre: 11.1 %).

@@ -6,15 +6,16 @@ Importing this module (once per process; again is a no-op) registers each class 
 :func:`_modules` into the ``MODELS`` registry of mmseg, mmdet and mmpretrain, whichever are
 installed, so the same ``type='LiSAPVT'`` resolves in all of their configs; the run-safety hooks
 and the CPU mixed-precision wrapper into MMEngine's root ``HOOKS`` / ``OPTIM_WRAPPERS``;
-``AlignResize`` into mmseg's ``TRANSFORMS`` and ``LowMemoryEncoderDecoder`` into its ``MODELS``;
+``AlignResize`` into mmseg's ``TRANSFORMS``, ``LowMemoryEncoderDecoder`` into its ``MODELS`` and the
+long-range probe's ``LongRangeAccuracy`` into its ``METRICS``;
 and it allow-lists MMEngine's own types for ``torch.load(weights_only=True)``. No other module of the
 package does any of this on import.
 Code that builds models itself (``tools/train.py``, the tests) calls :func:`register_all_modules`.
 
-``custom_imports=dict(imports=['projects.lisa'])``, what configs wrote before issue 41, imports
-the package alone, which registers nothing: under ``mim train`` such a config stops with mm's
-"LiSAPVT is not in the mmseg::model registry"; the repo's tools still run it (they register
-explicitly) and say what to change (:func:`legacy_imports`).
+``custom_imports=dict(imports=['projects.lisa'])`` imports the package alone, which registers
+nothing: under ``mim train`` such a config stops with mm's "LiSAPVT is not in the mmseg::model
+registry"; the repo's tools still run it (they register explicitly) and say what to change
+(:func:`legacy_imports`).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import importlib
 import importlib.util
 
 SCOPES = ('mmseg', 'mmdet', 'mmpretrain')
-#: What a config's ``custom_imports`` names to register LiSA, and the package name configs named before.
+#: What a config's ``custom_imports`` names to register LiSA, and the package name, which registers nothing.
 CUSTOM_IMPORT, LEGACY_IMPORT = __name__, __package__
 
 
@@ -43,7 +44,7 @@ def register_all_modules() -> list[str]:
     allow_mmengine_checkpoints()
     # The run-safety hooks and the CPU mixed-precision wrapper of configs/_base_/safe_runtime.py and
     # tools/train.py register themselves into MMEngine's root HOOKS / OPTIM_WRAPPERS (seen from every scope).
-    from .engine import amp, checkpoint_hook, nonfinite  # noqa: F401
+    from .engine import amp, checkpoint_hook, nonfinite, runtime_hook  # noqa: F401
     scopes = [s for s in SCOPES if importlib.util.find_spec(s) is not None]
     modules = _modules()
     for scope in scopes:
@@ -51,9 +52,9 @@ def register_all_modules() -> list[str]:
         for module in modules:
             if registry.get(module.__name__) is not module:
                 registry.register_module(module=module)
-    if 'mmseg' in scopes:  # AlignResize (PVT's Semantic FPN evaluation) and the segmentor of the configs
-        importlib.import_module(f'{__package__}.datasets.transforms')
-        importlib.import_module(f'{__package__}.models.segmentors')
+    if 'mmseg' in scopes:  # AlignResize (PVT's Semantic FPN evaluation), the configs' segmentor, the probe's metric
+        for module in ('datasets.transforms', 'models.segmentors', 'long_range.metric'):
+            importlib.import_module(f'{__package__}.{module}')
     return scopes
 
 
@@ -75,11 +76,11 @@ def config_scope(cfg, loader: str = 'train_dataloader') -> str:
 
 def legacy_imports(cfg) -> str | None:
     """What to change if the config ``cfg`` (an MMEngine ``Config``) names the package in its
-    ``custom_imports`` as configs did before issue 41 but not :data:`CUSTOM_IMPORT`; else None."""
+    ``custom_imports`` but not :data:`CUSTOM_IMPORT`; else None."""
     imports = list((cfg.get('custom_imports') or {}).get('imports') or [])
     if LEGACY_IMPORT not in imports or CUSTOM_IMPORT in imports:
         return None
-    return (f"the config's custom_imports names {LEGACY_IMPORT!r}, which registers nothing since issue 41: "
+    return (f"the config's custom_imports names {LEGACY_IMPORT!r}, which registers nothing: "
             f"name {CUSTOM_IMPORT!r} instead (mim train / mim test stop on it with 'LiSA... is not in the "
             "registry'; this tool registers LiSA itself)")
 

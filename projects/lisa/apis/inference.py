@@ -26,7 +26,7 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from torch import nn
 
-from projects.lisa.engine.dataset_loading import leaf_cfgs
+from projects.lisa.data_checks.dataset_loading import leaf_cfgs
 from projects.lisa.models.backbones.loading import load_checkpoint_strictly
 from projects.lisa.registry import config_scope, register_all_modules
 

@@ -1,6 +1,6 @@
 # Run safety for every trainable config (projects/lisa/engine; registered by the custom_imports projects.lisa.registry).
 # Part of the package (package data), so an installed lisa-mm has it; the repo's configs inherit it through
-# configs/_base_/safe_runtime.py, and tools/train.py adds it to configs that do not (engine/safe_runtime.py):
+# configs/_base_/safe_runtime.py, and tools/train.py adds it to configs that do not (engine/runtime_config.py):
 # - SafeRuntimeHook: the base configs' CheckpointHook becomes a SafeCheckpointHook (same settings): atomic saves
 #   (temporary name, fsync, rename; old checkpoints removed only afterwards), no checkpoint of non-finite weights,
 #   and the random state of every process saved and restored, so `--resume` continues the same run bit for bit;

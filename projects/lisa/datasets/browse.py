@@ -46,7 +46,7 @@ def browse(cfg: Config, output_dir: str | Path, max_samples: int = 10, loader: s
     """Draw the first ``max_samples`` samples of ``cfg``'s ``loader`` into ``output_dir`` as PNG files."""
     from mmengine.registry import DATASETS, VISUALIZERS, init_default_scope
 
-    from ..engine.data_check import check_data_roots
+    from ..data_checks.data_check import check_data_roots
     from ..registry import config_scope, register_all_modules
     if max_samples < 1:
         raise ValueError(f'max_samples={max_samples}; expected a positive number of samples to draw')

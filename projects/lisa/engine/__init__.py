@@ -1,10 +1,9 @@
-"""Engine-side helpers for MMEngine runs: safe checkpoint loading (:mod:`.checkpoint`),
-CPU multi-process set-up (:mod:`.dist`), data checks that name the bad file
-(:mod:`.data_check`; the rules of valid data in :mod:`.image_check`, :mod:`.label_map_check` and
-:mod:`.coco_annotation_check`, found as :mod:`.data_problems`, applied by :mod:`.dataset_loading` and
-:mod:`.split_check`), and the run
-safety of ``configs/_base_/safe_runtime.py``: stop on non-finite values (:mod:`.nonfinite`),
-crash-safe checkpoints (:mod:`.checkpoint_hook`) with an exact resume (:mod:`.resume`),
-CPU bf16 ``--amp`` (:mod:`.amp`) and the ``--dry-run`` preflight (:mod:`.preflight`).
-The models do not depend on this package.
+"""Run safety for MMEngine runs: checkpoint files loaded safely and written atomically (:mod:`.checkpoint`),
+the crash-safe checkpoint hook (:mod:`.checkpoint_hook`) with an exact resume (:mod:`.resume`), the
+runtime-safety hook of ``configs/_base_/safe_runtime.py`` (:mod:`.runtime_hook`; added by the tools to other
+configs, :mod:`.runtime_config`) with one run per work dir
+(:mod:`.work_dir_lock`), a stop on non-finite values (:mod:`.nonfinite`), CPU bf16 ``--amp`` (:mod:`.amp`),
+CPU multi-process set-up (:mod:`.dist`), the ``--dry-run`` preflight (:mod:`.preflight`), a missing
+pretrained checkpoint (:mod:`.pretrained`) and what ``tools/test.py`` saves of its predictions
+(:mod:`.predictions`). The models do not depend on this package.
 """

@@ -1,4 +1,4 @@
-"""Load MMEngine checkpoints with ``torch.load(weights_only=True)`` (torch >= 2.6).
+"""Checkpoint files: loaded with ``torch.load(weights_only=True)`` (torch >= 2.6), written atomically, sized.
 
 MMEngine 0.10.7 calls ``torch.load`` without ``weights_only``, so on current
 torch every checkpoint load (``load_from``, ``init_cfg`` Pretrained,
@@ -13,11 +13,20 @@ allow exactly those globals. ``getattr`` is replaced, for unpickling only, by
 ``HistoryBuffer`` and refuses everything else. :func:`load_checkpoint_file` says
 what a file that still does not load is (cut short, or not a checkpoint), and
 never advises loading it unsafely.
+
+A file is written under a temporary name of this process (:data:`TMP_SUFFIX`), flushed, and renamed
+into place (:func:`publish`), so a reader only ever sees a complete file; :func:`optimizer_bytes`
+and :func:`state_bytes` size a checkpoint before it is written.
 """
 from __future__ import annotations
 
+import glob
+import os
+import os.path as osp
 import pickle
 import re
+import secrets
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -90,3 +99,85 @@ def load_checkpoint_file(path: str, mmap: bool = True):
     except Exception as error:  # a truncated zip, a partial pickle, a missing or unreadable file
         raise CheckpointReadError(path, f'unreadable ({type(error).__name__}: {str(error).splitlines()[0][:160]})') \
             from None
+
+
+#: The suffix of this process's partial files: two processes never write the same temporary file.
+TMP_SUFFIX = f'.{os.getpid()}-{secrets.token_hex(2)}.tmp'
+
+
+def fsync_path(path: str) -> None:
+    """Flush a file's (or a folder's) data to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(tmp: str, path: str) -> None:
+    """Make the complete, flushed file ``tmp`` appear as ``path`` in one step (POSIX ``rename``)."""
+    fsync_path(tmp)
+    os.replace(tmp, path)
+    fsync_path(osp.dirname(osp.abspath(path)))
+
+
+def write_text_atomically(path: str, text: str) -> None:
+    with open(path + TMP_SUFFIX, 'w') as f:
+        f.write(text)
+    publish(path + TMP_SUFFIX, path)
+
+
+def remove_partial_saves(folder: str, log=print) -> None:
+    """Delete the ``*.tmp`` files an interrupted save left in ``folder`` (a kill, a full disk)."""
+    for stale in glob.glob(osp.join(folder, '*.tmp')):
+        log(f'removing {stale}, the partial file of an interrupted save')
+        os.remove(stale)
+
+
+class NoSpaceForCheckpointError(OSError):
+    """The disk cannot hold the next checkpoint beside the kept ones."""
+
+
+def state_bytes(state) -> int:
+    """The bytes of the tensors in a (nested) state dict."""
+    if isinstance(state, torch.Tensor):
+        return state.nbytes
+    if isinstance(state, Mapping):
+        return sum(state_bytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(state_bytes(v) for v in state)
+    return 0
+
+
+def first_step_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """The bytes of the state that the first ``step`` of ``optimizer`` creates (AdamW: two moments of each
+    trained parameter and its step count), from one step of the same optimizer on meta-device copies of the
+    parameters (no memory, no change to the model); twice the trained parameters' bytes (the Adam family's
+    moments) for an optimizer that cannot step there."""
+    trained = [[p for p in group['params'] if p.requires_grad] for group in optimizer.param_groups]
+    twins = [[torch.empty_like(p, device='meta') for p in params] for params in trained]
+    for twin in (t for group in twins for t in group):
+        twin.grad = torch.empty_like(twin)
+    groups = [{**{k: v for k, v in group.items() if k != 'params'}, 'params': params}
+              for group, params in zip(optimizer.param_groups, twins)]
+    try:
+        twin = type(optimizer)(groups)
+        with torch.no_grad():
+            twin.step()
+        return state_bytes(twin.state_dict()['state'])
+    except Exception:  # an optimizer that needs other arguments, or real values
+        return 2 * sum(p.nbytes for params in trained for p in params)
+
+
+def optimizer_bytes(optim_wrapper) -> int:
+    """The bytes of an optim wrapper's state in a checkpoint; an optimizer that has not stepped yet counted
+    with the state its first step creates (:func:`first_step_state_bytes`)."""
+    wrappers = getattr(optim_wrapper, 'optim_wrappers', {'': optim_wrapper})  # an OptimWrapperDict, or one
+    return state_bytes(optim_wrapper.state_dict()) + sum(
+        first_step_state_bytes(w.optimizer) for w in wrappers.values() if not w.optimizer.state)
+
+
+#: Free space asked for beyond the size of the previous checkpoint: it grows a little as the
+#: message hub's history grows.
+SPACE_MARGIN = 0.05
+SPACE_MARGIN_BYTES = 1 << 20

@@ -29,8 +29,8 @@ import torch
 from mmengine.config import Config
 from mmengine.optim import OptimWrapper
 
-from .dataset_loading import leaves
-from .head_classes import head_class_problems
+from ..data_checks.dataset_loading import leaves
+from ..data_checks.head_classes import head_class_problems
 from .library_output import library_output_to
 from .nonfinite import nonfinite_tensors
 
@@ -181,7 +181,7 @@ def preflight(cfg: Config, say: Callable[[str], None] = print, show_config: bool
     What the libraries print meanwhile (the Runner's environment and config, their warnings) goes to
     ``preflight.log`` in ``cfg.work_dir``, which the last line names.
     """
-    from .data_check import Runner
+    from ..data_checks.data_check import Runner
     log_file = os.path.join(cfg.work_dir, 'preflight.log')
     config_text = cfg.pretty_text if show_config else ''
     cfg = copy.deepcopy(cfg)

@@ -70,7 +70,7 @@ class LiSAAttention(KernelAttention):
     uses the same (focused) features as the walk with temperature ``sqrt(d)``;
     the step MLP's hidden width is ``d``: the paper does not state it, but
     its Table 1 fixes it through LiSA DeiT-T's 3.75 GFLOPs at 384x384, which
-    this project's counter (:mod:`projects.lisa.analysis.flops`, the softmax
+    this project's counter (:mod:`projects.lisa.benchmarks.flops`, the softmax
     row exact at 4.70) gives for width ``d`` (3.743G), not for ``d / 4``
     (3.612G) or ``2 d`` (3.917G). Its output layer starts at zero weight and
     ``log`` of the geometric weights as bias, so training starts from the

@@ -30,11 +30,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .benchmark import cuda_peak_bytes, median_seconds, median_times, saved_tensor_bytes
+from ..analysis.paper import TABLE_13 as PAPER
+from ..analysis.paper import paper_models
 from .deit import DEIT_TINY_ATTENTIONS as ATTENTIONS
 from .deit import DeiT
-from .paper import TABLE_13 as PAPER
-from .paper import paper_models
+from .timing import cuda_peak_bytes, median_seconds, median_times, saved_tensor_bytes
 
 PATCH = 16
 MiB = 2 ** 20

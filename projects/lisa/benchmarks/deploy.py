@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from .benchmark import median_times
-from .paper import paper_models
+from ..analysis.paper import paper_models
+from .timing import median_times
 
 #: name -> config (under ``configs/``) of the dense models of the paper's Tables 3 and 4.
 MODELS = {m.name: m.config for table in ('Table 3', 'Table 4') for m in paper_models(table)}

@@ -1,7 +1,7 @@
 """The long-range probe sweep: which runs it trains, on which data and config, and their rows.
 
 Protocol (the report, :mod:`.long_range`, states it). Run ``r`` trains with seed ``r`` on data the
-generator draws with seed ``r`` (:mod:`projects.lisa.synthetic.long_range`), the same draws for every
+generator draws with seed ``r`` (:mod:`projects.lisa.long_range.tasks`), the same draws for every
 attention, so that comparisons are paired by run. Each (task, attention, depth) chooses its learning
 rate among the candidates by the mean accuracy of ``select_runs`` runs on development draws (runs 900,
 901, ...; their held-out images) at the task config's budget; the reported runs use other draws (1000,
@@ -26,9 +26,9 @@ from pathlib import Path
 
 from mmengine.config import Config
 
-from ..synthetic.long_range import write_probe
-from . import long_range as report
-from .scalars import run_metric, training_values
+from ..analysis.scalars import run_metric, training_values
+from . import report
+from .tasks import write_probe
 
 ROOT = Path(__file__).resolve().parents[3]
 ATTENTION_CONFIG = 'configs/long_range/lookup_vit-1l_{}_64px.py'
@@ -263,7 +263,7 @@ def write_document(rows: list[dict], path: Path, note: str) -> None:
     ceiling = report.window_ceiling(window.img_size // window.model.backbone.patch_size,
                                     window.model.backbone.attn_cfgs.window_size, 50.0)
     out = ['# Long-range probe', '', 'Written by `tools/long_range.py` (`make long-range`); protocol in '
-           '`projects/lisa/analysis/long_range_sweep.py`. One recipe for all attentions (`configs/long_range/`: ViT '
+           '`projects/lisa/long_range/sweep.py`. One recipe for all attentions (`configs/long_range/`: ViT '
            'of width 64, patch 4, 1x1 head); they differ in `attn_cfgs` (and the layer count where stated). '
            '`LiSA T=1` is the self-loop alone (no global path); `T=2` adds one step of S and is the control for '
            'the walk.', '']

@@ -39,7 +39,7 @@ stream keyed by (seed, task, split, i)) and written in the formats mm datasets r
 On disk (``write_probe``): segmentation (lookup, pointer) ``img_dir/{train,val}/%06d.png``,
 ``ann_dir/{train,val}/%06d.png`` (uint8 labels) and ``probe/{train,val}/%06d.npy``
 (uint16 ``(2, H, W)``: distance in px rounded, hops), read by mmseg's
-``BaseSegDataset`` and :class:`~projects.lisa.synthetic.long_range_metric.LongRangeAccuracy`;
+``BaseSegDataset`` and :class:`~projects.lisa.long_range.metric.LongRangeAccuracy`;
 classification ``{train,val}/{connected,disconnected}/%06d.png`` (mmpretrain's
 ``CustomDataset``, classes in folder order) and ``meta/{train,val}.json`` (file ->
 distance, hops).

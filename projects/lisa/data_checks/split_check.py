@@ -5,7 +5,7 @@ parallel with the check its dataset needs (:func:`sample_check`: :class:`.LabelM
 (:func:`absent_classes`), the class folders that disagree with the labels (:func:`.class_folder_problems`) and
 the model's ``num_classes`` settings that disagree with the data (:func:`.head_class_problems`); an evaluation
 split also has each image's memory estimated (:class:`.EvalMemory`).
-``engine.data_check.Runner`` runs the same sample checks the first time a sample is read.
+``data_check.Runner`` runs the same sample checks the first time a sample is read.
 """
 from __future__ import annotations
 

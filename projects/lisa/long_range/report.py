@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .statistics import Interval, mean_interval, paired_difference, solved_share
+from ..analysis.statistics import Interval, mean_interval, paired_difference, solved_share
 
 SOLVED = 95.0
 """A run *solves* a task at this accuracy (%): runs are bimodal, so the share that solve it is

@@ -1,8 +1,10 @@
-"""The hooks of the package's ``configs/safe_runtime.py`` for runs whose config does not inherit that fragment.
+"""The run-safety fragment (the package's ``configs/safe_runtime.py``) for configs that do not inherit it,
+and the options of the tools that load a checkpoint.
 
-``tools/train.py`` and ``tools/test.py`` add them, so crash-safe checkpoints,
-exact resume and the non-finite guard hold for any config they run. The fragment is package data
+``tools/train.py`` and ``tools/test.py`` add the fragment's hooks (:func:`add_safe_runtime`), so crash-safe
+checkpoints, exact resume and the non-finite guard hold for any config they run. The fragment is package data
 (the repo's ``configs/_base_/safe_runtime.py`` inherits it), so an installed lisa-mm needs no checkout.
+Importing this module registers nothing.
 """
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ..models.attention import build_attention, set_backend
-from .benchmark import cuda_peak_bytes, median_seconds, saved_tensor_bytes
+from .timing import cuda_peak_bytes, median_seconds, saved_tensor_bytes
 
 METHODS = ('softmax', 'linear', 'flatten', 'lisa')
 #: glibc's mmap threshold fixed at 64 KiB in the memory subprocess, so that freed tensors go back to the OS
