@@ -37,7 +37,7 @@ def png(path: Path) -> np.ndarray:
 
 
 def browse(workspace: Path, scope: str, monkeypatch, samples: int = 2):
-    from projects.lisa.datasets.browse import browse as draw
+    from projects.lisa.apis.browse import browse as draw
     monkeypatch.chdir(workspace)  # the demo configs' data roots are relative
     return draw(Config.fromfile(DEMOS[scope]), workspace / 'out' / scope, samples)
 
@@ -88,7 +88,7 @@ def test_the_task_follows_the_default_scope_else_the_library_of_the_dataset_type
 
 
 def test_bad_input_is_named(workspace, monkeypatch, tmp_path):
-    from projects.lisa.datasets.browse import browse as draw
+    from projects.lisa.apis.browse import browse as draw
     monkeypatch.chdir(workspace)
     cfg = Config.fromfile(DEMOS['mmseg'])
     with pytest.raises(ValueError, match='max_samples=0; expected a positive number'):

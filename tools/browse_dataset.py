@@ -6,7 +6,7 @@
 As the ``browse_dataset.py`` of mmseg / mmdet / mmpretrain, for segmentation, detection and
 classification configs alike (the task follows the config's ``default_scope``): each sample as the
 pipeline packs it, with its label map, boxes and masks, or class drawn by the library's visualizer.
-See ``projects/lisa/datasets/browse.py``.
+See ``projects/lisa/apis/browse.py``.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mmengine.config import Config, DictAction
 
-from projects.lisa.datasets.browse import browse
+from projects.lisa.apis.browse import browse
 from projects.lisa.engine.library_output import library_output_to
 
 

@@ -7,7 +7,7 @@ Every tensor of the model must come from CHECKPOINT, and every tensor of CHECKPO
 used, except those the ``--allow-*`` globs name (the report of
 ``projects.lisa.models.backbones.loading.check_state_dict``). ``--show-dir`` draws every test
 image (ground truth beside prediction), ``--out`` keeps the predictions in the library's format
-(``projects/lisa/engine/predictions.py``).
+(``projects/lisa/apis/predictions.py``).
     torchrun --nproc_per_node N tools/test.py CONFIG CHECKPOINT --launcher pytorch
 """
 from __future__ import annotations
@@ -19,10 +19,10 @@ import sys
 
 from mmengine.config import Config, DictAction
 
+from projects.lisa.apis.predictions import dump_predictions, show_predictions
 from projects.lisa.data_checks.data_check import Runner, check_data_roots
 from projects.lisa.engine.checkpoint import CheckpointReadError, load_checkpoint_file
 from projects.lisa.engine.dist import setup_cpu_distributed
-from projects.lisa.engine.predictions import dump_predictions, show_predictions
 from projects.lisa.engine.runtime_config import add_allow_args, add_safe_runtime
 from projects.lisa.registry import legacy_imports, register_all_modules
 

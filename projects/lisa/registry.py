@@ -53,8 +53,9 @@ def register_all_modules() -> list[str]:
             if registry.get(module.__name__) is not module:
                 registry.register_module(module=module)
     if 'mmseg' in scopes:  # AlignResize (PVT's Semantic FPN evaluation), the configs' segmentor, the probe's metric
-        for module in ('datasets.transforms', 'models.segmentors', 'long_range.metric'):
-            importlib.import_module(f'{__package__}.{module}')
+        importlib.import_module(f'{__package__}.datasets.transforms')
+        importlib.import_module(f'{__package__}.models.segmentors')
+        importlib.import_module(f'{__package__}.long_range.metric')
     return scopes
 
 
