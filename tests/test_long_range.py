@@ -443,9 +443,8 @@ def test_plan_runs_run_by_run_so_a_stopped_sweep_leaves_whole_paired_sets():
 
 
 def test_run_configs_are_written_safely_from_parallel_runs(tmp_path):
-    """Config.fromfile of an 'mmseg::' base is not thread-safe (pkg_resources): started at once,
-    threads failed with a TypeError before the tool took a lock around it (writing the run's config,
-    and reading it back to count the parameters)."""
+    """Config.fromfile of an 'mmseg::' base is not thread-safe (pkg_resources): threads started at once
+    write each run's config, and read it back to count the parameters, under the tool's lock."""
     import threading
 
     from mmengine.config import Config

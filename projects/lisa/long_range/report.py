@@ -265,11 +265,6 @@ def controls(rows: Sequence[dict], chance: float, ceiling: float) -> list[str]:
     return lines
 
 
-def _budget(rows: Sequence[dict]) -> str:
-    lo, hi = min(r['iters'] for r in rows), max(r['iters'] for r in rows)
-    return str(lo) if lo == hi else f'{lo}-{hi}'
-
-
 def _difference_table(found: Sequence[Comparison]) -> list[str]:
     out = ['| comparison | difference (points) | runs | reading |', '|---|---|---|---|']
     for c in found:

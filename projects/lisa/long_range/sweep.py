@@ -1,6 +1,6 @@
 """The long-range probe sweep: which runs it trains, on which data and config, and their rows.
 
-Protocol (the report, :mod:`.long_range`, states it). Run ``r`` trains with seed ``r`` on data the
+Protocol (the report, :mod:`.report`, states it). Run ``r`` trains with seed ``r`` on data the
 generator draws with seed ``r`` (:mod:`projects.lisa.long_range.tasks`), the same draws for every
 attention, so that comparisons are paired by run. Each (task, attention, depth) chooses its learning
 rate among the candidates by the mean accuracy of ``select_runs`` runs on development draws (runs 900,
@@ -128,7 +128,7 @@ def scored(rows: list[dict]) -> list[dict]:
         if r['task'] in TASKS and TASKS[r['task']].balanced:
             if 'label' not in r:
                 raise ValueError(f"{r['task']} is scored class-balanced, but a row of run {r['run']} has no 'label' "
-                                 '(rows from before the metric counted per class): run it again')
+                                 '(rows without per-class counts): run it again')
             by_class = totals.setdefault(key(r), {})
             by_class[r['label']] = by_class.get(r['label'], 0) + r['total']
     out = []
