@@ -95,7 +95,8 @@ def write(rows: list[dict], rows_paths: list[Path], args: argparse.Namespace) ->
     if note.resolve() != beside.resolve():
         command += ['--note', shown(note)]
     return sweep.write_document(rows, args.markdown, note.read_text() if note.is_file() else '',
-                                f"`{' '.join(command)}`" + (f' (notes: `{shown(note)}`)' if note.is_file() else ''))
+                                f"`{' '.join(command)}` from the stored rows"
+                                + (f' and `{shown(note)}`' if note.is_file() else ''))
 
 
 def main(argv: list[str] | None = None) -> None:

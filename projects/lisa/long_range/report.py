@@ -342,9 +342,10 @@ def task_section(task: str, rows: Sequence[dict], chance: float, ceiling: float 
 
 
 def findings(tasks: dict[str, Sequence[dict]]) -> list[str]:
-    """Every comparison whose paired interval excludes 0, then how many do not: the only statements
-    the document (and the README) make. Each task's comparisons over all its runs come first, then
-    those on its replication draws alone (:data:`REPLICATION_FIRST`)."""
+    """Every comparison whose paired interval excludes 0 as a sentence, then how many do not: what a sweep
+    prints as it ends (the document tables the same comparisons: :func:`summary`, :func:`task_section`).
+    Each task's comparisons over all its runs come first, then those on its replication draws alone
+    (:data:`REPLICATION_FIRST`)."""
     differ, none = [], []
     for task, rows in tasks.items():
         for c in comparisons(rows):

@@ -364,12 +364,12 @@ def read_note(text: str) -> dict[str, list[str]]:
 
 
 def write_document(rows: list[dict], path: Path, note: str = '',
-                   command: str = '`tools/long_range.py`') -> dict[str, list[dict]]:
+                   command: str = '`tools/long_range.py` from the stored rows') -> dict[str, list[dict]]:
     """``path`` (markdown) and its plot from the stored rows, each task scored on its :attr:`Task.scored_hops`:
     the findings (:func:`report.summary`), the protocol, then one section per task; ``note`` (markdown,
     :func:`read_note`) adds what the rows do not hold, its ``measurement`` lines to the protocol and a task's
-    lines to its section; ``command`` heads it. A task without test runs yet (its lr choice under way) is left
-    out. Returns the scored rows of each task in it."""
+    lines to its section; ``command`` (what writes it) heads it. A task without test runs yet (its lr choice
+    under way) is left out. Returns the scored rows of each task in it."""
     rows = scored(rows)
     tasks = {t: [r for r in rows if r['task'] == t] for t in TASKS
              if any(r['task'] == t and r['phase'] == 'test' for r in rows)}
@@ -377,7 +377,7 @@ def write_document(rows: list[dict], path: Path, note: str = '',
     window = Config.fromfile(ROOT / ATTENTION_CONFIG.format('window'))
     ceiling = report.window_ceiling(window.img_size // window.model.backbone.patch_size,
                                     window.model.backbone.attn_cfgs.window_size, 50.0)
-    out = ['# Long-range probe', '', f'Written by {command} from the stored rows; the protocol\'s code is '
+    out = ['# Long-range probe', '', f'Written by {command}; the protocol\'s code is '
            '`projects/lisa/long_range/sweep.py`. Does one attention layer carry information farther than one hop?',
            '', '## Findings', '', *report.summary(tasks), '', '## Protocol', '', *protocol(tasks, window)]
     if notes.get('measurement'):
