@@ -443,9 +443,8 @@ def test_plan_runs_run_by_run_so_a_stopped_sweep_leaves_whole_paired_sets():
 
 
 def test_run_configs_are_written_safely_from_parallel_runs(tmp_path):
-    """Config.fromfile of an 'mmseg::' base is not thread-safe (pkg_resources): started at once,
-    threads failed with a TypeError before the tool took a lock around it (writing the run's config,
-    and reading it back to count the parameters)."""
+    """Config.fromfile of an 'mmseg::' base is not thread-safe (pkg_resources): threads started at once
+    write each run's config, and read it back to count the parameters, under the tool's lock."""
     import threading
 
     from mmengine.config import Config
@@ -547,3 +546,41 @@ def test_classification_states_the_larger_class_share_of_the_test_draws(tmp_path
     # draws: 105/200 = 52.5 %, 111/200 = 55.5 %; their mean 54.0 %
     assert ('Chance 50.0 %; always naming the larger class of a test draw scores 52.5-55.5 % '
             '(54.0 % on average).') in (tmp_path / 'doc.md').read_text()
+
+
+def test_findings_summary_names_each_pair_once_at_the_budget_with_the_most_paired_runs():
+    """LiSA T=3 against FLatten differs at 2000 iterations (4 runs) and at 4000 (2 runs): the summary names it
+    once, at 2000 (FLatten 4000 - 2000 it, -10 points in both runs, is left to the task section); against
+    softmax the interval holds 0."""
+    lisa = rows('lisa', {r: (a, a) for r, a in zip(range(1000, 1004), [100, 100, 100, 99])})
+    flat = rows('flatten', {r: (a, a) for r, a in zip(range(1000, 1004), [90, 92, 91, 90])})
+    soft = rows('softmax', {r: (a, a) for r, a in zip(range(1000, 1004), [100, 80, 99, 90])})
+    longer = rows('lisa', {1000: (100, 100), 1001: (100, 100)}, iters=4000) + rows(
+        'flatten', {1000: (80, 80), 1001: (82, 82)}, iters=4000)
+    lines = report.summary({'lookup-hops2': lisa + flat + soft + longer})
+    assert lines[2:4] == ['| lookup-hops2 | FLatten | 2000 | 4 | +9.0 [+7.7, +10.3] | – |', '']
+    assert 'Of all 5 comparisons 3 exclude 0 and 2 do not; the 4 not shown here' in lines[4]
+    assert report.summary({'lookup-hops2': soft + lisa[:2]})[0].startswith('LiSA T=3 against each attention')
+
+
+def test_document_reads_top_down_from_the_rows_and_the_stored_note(tmp_path):
+    """Findings, protocol, then a section per task; the note beside the markdown adds its measurement lines to
+    the protocol and a task's lines to its section; no prose block runs over 150 words; the header names the
+    command that writes the document again."""
+    lisa = rows('lisa', {r: (a, a) for r, a in zip(range(1000, 1004), [100, 100, 100, 99])})
+    flat = rows('flatten', {r: (a, a) for r, a in zip(range(1000, 1004), [90, 92, 91, 90])})
+    stored = tmp_path / 'rows.jsonl'
+    stored.write_text(''.join(json.dumps(r) + '\n' for r in lisa + flat))
+    (tmp_path / 'doc_note.md').write_text('# notes\n\n## measurement\n\n- Measured on a test machine.\n\n'
+                                          '## lookup-hops2\n\n- A reading of the lookup.\n')
+    tool.main(['--from-rows', str(stored), '--markdown', str(tmp_path / 'doc.md')])
+    text = (tmp_path / 'doc.md').read_text()
+    assert f'`python tools/long_range.py --from-rows {stored} --markdown {tmp_path / "doc.md"}`' in text
+    order = [text.index(s) for s in ('## Findings', '## Protocol', '- Measured on a test machine.', '## lookup-hops2',
+                                     '### Notes', '- A reading of the lookup.')]
+    assert order == sorted(order)
+    assert '1. Recipe: ' in text and 'lookup-hops2: draws 1000-1003, 4 per variant at 2000 iterations' in text
+    blocks = [b for b in text.split('\n\n') if b.strip() and not b.startswith(('#', '|'))]
+    assert max(len(b.split()) for b in blocks) <= 150
+    with pytest.raises(ValueError, match="note section.s. lookup: the sections are 'measurement' and the tasks"):
+        sweep.write_document(lisa, tmp_path / 'other.md', '## lookup\n- a task that is not one\n')

@@ -167,7 +167,7 @@ def test_pointer_rejects_bad_values_by_name(kwargs, message):
 
 
 def test_the_lookup_and_pathfinder_outputs_are_unchanged():
-    """Digests of the existing generators' outputs, taken before the pointer probe was added."""
+    """Fixed digests of the lookup and Pathfinder generators' outputs: the pointer probe shares their drawing code."""
     def digest(arrays) -> str:
         return hashlib.sha256(b''.join(np.ascontiguousarray(a).tobytes() for a in arrays)).hexdigest()[:16]
     for kwargs, want in ((dict(), '6a7fb7ba18df1964'), (dict(hops=(1, 4), relays=3), '6fc7154f298f7fc1'),

@@ -2,14 +2,16 @@
 
     python tools/long_range.py [--setting make|quick] [--tasks NAME ...] [--attentions NAME ...]
         [--layers 1 2] [--runs 8] [--lrs 1e-3 2e-3 4e-3] [--jobs 2] [--threads 1]
-    python tools/long_range.py --from-rows work_dirs/long_range/rows.jsonl --markdown docs/long_range.md
+    python tools/long_range.py --from-rows docs/long_range_rows.jsonl [--markdown docs/long_range.md]
 
 The protocol (paired runs: run ``r`` trains with seed ``r`` on the generator's draw ``r``; each
 attention's lr chosen on development draws; reported runs on fresh draws) is in
 ``projects/lisa/long_range/sweep.py``; the report in ``projects/lisa/long_range/report.py``.
 Rows go to ``<work-dir>/rows.jsonl`` (or ``--rows``) as runs finish; a second call skips the runs
 already there, so a sweep resumes where it stopped (``make long-range`` keeps them in
-``docs/long_range_rows.jsonl``).
+``docs/long_range_rows.jsonl``). The document is written from the rows alone, with a stored note
+(``--note``, by default ``<markdown>_note.md`` beside it: ``docs/long_range_note.md``) for what the rows
+do not hold: when and where the runs ran, and the readings of the budget checks.
 """
 from __future__ import annotations
 
@@ -42,12 +44,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--data-root', type=Path, default=ROOT / 'data' / 'long_range')
     parser.add_argument('--work-dir', type=Path, default=ROOT / 'work_dirs' / 'long_range')
     parser.add_argument('--markdown', type=Path, default=ROOT / 'docs' / 'long_range.md')
-    parser.add_argument('--note', default='', help='a line for the document (e.g. the machine and its load)')
+    parser.add_argument('--note', type=Path, help='markdown notes for the document: the machines, dates and load, '
+                        'per task readings (default: <markdown>_note.md beside --markdown, where it exists)')
     parser.add_argument('--rows', type=Path, help='where the rows are kept and resumed from '
                         '(default: <work-dir>/rows.jsonl)')
     parser.add_argument('--from-rows', type=Path, nargs='+', help='only write the document from these stored rows')
     parser.add_argument('--generate-only', action='store_true', help="only write the reported runs' data draws")
     args = parser.parse_args(argv)
+    if args.note is not None and not args.note.is_file():
+        parser.error(f'--note {args.note}: no such file')
     setting = sweep.SETTINGS[args.setting]
     args.select_runs = setting.select_runs if args.select_runs is None else args.select_runs
     for name in ('runs', 'threads', 'jobs', 'max_iters', 'layers'):
@@ -74,10 +79,30 @@ def plan(args: argparse.Namespace, phase: str, chosen: dict | None = None) -> li
                       first_run=args.first_run, max_iters=args.max_iters, chosen=chosen)
 
 
+def shown(path: Path) -> str:
+    """``path`` as the document names it: relative to the repository where it lies inside it."""
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def write(rows: list[dict], rows_paths: list[Path], args: argparse.Namespace) -> dict[str, list[dict]]:
+    """The document and its plot, headed by the command that writes them again from the stored rows and note."""
+    beside = args.markdown.with_name(f'{args.markdown.stem}_note.md')
+    note = args.note or beside
+    command = ['python tools/long_range.py --from-rows', *map(shown, rows_paths)]
+    if args.markdown.resolve() != (ROOT / 'docs' / 'long_range.md').resolve():
+        command += ['--markdown', shown(args.markdown)]
+    if note.resolve() != beside.resolve():
+        command += ['--note', shown(note)]
+    return sweep.write_document(rows, args.markdown, note.read_text() if note.is_file() else '',
+                                f"`{' '.join(command)}` from the stored rows"
+                                + (f' and `{shown(note)}`' if note.is_file() else ''))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.from_rows:
-        sweep.write_document(sweep.read_rows(args.from_rows), args.markdown, args.note)
+        write(sweep.read_rows(args.from_rows), args.from_rows, args)
         return
     setting = sweep.SETTINGS[args.setting]
     if args.generate_only:
@@ -93,10 +118,10 @@ def main(argv: list[str] | None = None) -> None:
     sweep.execute(selection, rows, rows_path, **run)
     chosen = report.chosen_lrs(sweep.scored(rows)) if selection else {}  # one --lrs value: that lr
     sweep.execute(plan(args, 'test', chosen), rows, rows_path, **run)
-    minutes = (time.perf_counter() - start) / 60
-    note = ' '.join(filter(None, [args.note, f'This call: {minutes:.0f} min wall, {args.jobs} run(s) at a time, '
-                                  f'{args.threads} thread(s) each.']))
-    sweep.write_document(rows, args.markdown, note)
+    tasks = write(rows, [rows_path], args)
+    print('\n'.join(report.findings(tasks)))
+    print(f'This call: {(time.perf_counter() - start) / 60:.0f} min wall, {args.jobs} run(s) at a time, '
+          f'{args.threads} thread(s) each.')
 
 
 if __name__ == '__main__':

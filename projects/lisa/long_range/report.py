@@ -265,18 +265,17 @@ def controls(rows: Sequence[dict], chance: float, ceiling: float) -> list[str]:
     return lines
 
 
-def _budget(rows: Sequence[dict]) -> str:
-    lo, hi = min(r['iters'] for r in rows), max(r['iters'] for r in rows)
-    return str(lo) if lo == hi else f'{lo}-{hi}'
+def _cell(d: Interval) -> str:
+    """A paired difference, **bold** where its interval excludes 0."""
+    cell = d.format(signed=True)
+    return f'**{cell}**' if d.excludes_zero else cell
 
 
 def _difference_table(found: Sequence[Comparison]) -> list[str]:
     out = ['| comparison | difference (points) | runs | reading |', '|---|---|---|---|']
     for c in found:
-        d = c.difference
-        cell = d.format(signed=True)
-        out.append(f"| {c.title()} | {f'**{cell}**' if d.excludes_zero else cell} | {d.n} | "
-                   + ('differ' if d.excludes_zero else 'no difference found') + ' |')
+        out.append(f'| {c.title()} | {_cell(c.difference)} | {c.difference.n} | '
+                   + ('differ' if c.difference.excludes_zero else 'no difference found') + ' |')
     return out
 
 
@@ -343,9 +342,10 @@ def task_section(task: str, rows: Sequence[dict], chance: float, ceiling: float 
 
 
 def findings(tasks: dict[str, Sequence[dict]]) -> list[str]:
-    """Every comparison whose paired interval excludes 0, then how many do not: the only statements
-    the document (and the README) make. Each task's comparisons over all its runs come first, then
-    those on its replication draws alone (:data:`REPLICATION_FIRST`)."""
+    """Every comparison whose paired interval excludes 0 as a sentence, then how many do not: what a sweep
+    prints as it ends (the document tables the same comparisons: :func:`summary`, :func:`task_section`).
+    Each task's comparisons over all its runs come first, then those on its replication draws alone
+    (:data:`REPLICATION_FIRST`)."""
     differ, none = [], []
     for task, rows in tasks.items():
         for c in comparisons(rows):
@@ -356,6 +356,54 @@ def findings(tasks: dict[str, Sequence[dict]]) -> list[str]:
             (differ if c.difference.excludes_zero else none).append(f'{task}, draws {draws} alone: {c.sentence()}')
     return ([f'- {line}' for line in differ] or ['- No comparison separates two attentions.']) + (
         [f'- No difference found in {len(none)} other comparison(s): ' + '; '.join(none) + '.'] if none else [])
+
+
+SUBJECT = ('lisa', 1)
+"""The (attention, layers) that the summary compares with every other: one LiSA T=3 layer."""
+
+
+def headline(found: Sequence[Comparison]) -> list[Comparison]:
+    """Of the comparisons of :data:`SUBJECT` with one other variant at one budget, per other variant the one
+    with the most paired runs; of equals the shortest budget (where the lr was chosen)."""
+    best: dict[tuple[str, int], Comparison] = {}
+    for c in found:  # by budget, the shortest first
+        if (c.first.attention, c.first.layers) == SUBJECT and c.first.iters == c.second.iters:
+            other = (c.second.attention, c.second.layers)
+            if other not in best or c.difference.n > best[other].difference.n:
+                best[other] = c
+    return list(best.values())
+
+
+def summary(tasks: dict[str, Sequence[dict]]) -> list[str]:
+    """The document's findings in a few lines: per task the :func:`headline` comparisons whose interval
+    excludes 0, each beside the same comparison on the replication draws alone where they ran, then what
+    the task sections hold besides."""
+    subject = LABELS[SUBJECT[0]]
+    out = [f'| task | {subject} against | iterations | paired runs | {subject} − it (points) | '
+           'replication draws alone |', '|---|---|---|---|---|---|']
+    total = differ = shown = 0
+    silent = []
+    for task, rows in tasks.items():
+        found = comparisons(rows)
+        again = {(c.first, c.second): c.difference for c in replication(rows)}
+        total += len(found) + len(again)
+        differ += sum(c.difference.excludes_zero for c in found) + sum(d.excludes_zero for d in again.values())
+        if found and not any(c.difference.excludes_zero for c in found):
+            silent.append(task)
+        for c in headline(found):
+            if c.difference.excludes_zero:
+                twin = again.get((c.first, c.second))
+                shown += 1 + (twin is not None)
+                out.append(f'| {task} | {c.second.label()} | {c.first.iters} | {c.difference.n} | '
+                           f"{c.difference.format(signed=True)} | {_cell(twin) if twin else '–'} |")
+    rule = (f'{subject} against each attention it is compared with, at the budget with the most paired runs (of '
+            'equals the shortest)')
+    rest = (f'Of all {total} comparisons {differ} exclude 0 and {total - differ} do not; the {total - shown} not '
+            'shown here (other budgets, other pairs, the replication draws alone) are in the task sections'
+            + (f"; no interval excludes 0 on {', '.join(silent)}" if silent else '') + '.')
+    if not shown:
+        return [f'{rule}: no 95 % interval excludes 0. {rest}']
+    return out + ['', f"Above: {rule}, where the 95 % interval excludes 0 (**bold**: the replication's too). {rest}"]
 
 
 def plot(tasks: dict[str, Sequence[dict]], path: Path) -> None:

@@ -1,6 +1,6 @@
 """The long-range probe sweep: which runs it trains, on which data and config, and their rows.
 
-Protocol (the report, :mod:`.long_range`, states it). Run ``r`` trains with seed ``r`` on data the
+Protocol (the document states it: :func:`protocol`). Run ``r`` trains with seed ``r`` on data the
 generator draws with seed ``r`` (:mod:`projects.lisa.long_range.tasks`), the same draws for every
 attention, so that comparisons are paired by run. Each (task, attention, depth) chooses its learning
 rate among the candidates by the mean accuracy of ``select_runs`` runs on development draws (runs 900,
@@ -128,7 +128,7 @@ def scored(rows: list[dict]) -> list[dict]:
         if r['task'] in TASKS and TASKS[r['task']].balanced:
             if 'label' not in r:
                 raise ValueError(f"{r['task']} is scored class-balanced, but a row of run {r['run']} has no 'label' "
-                                 '(rows from before the metric counted per class): run it again')
+                                 '(rows without per-class counts): run it again')
             by_class = totals.setdefault(key(r), {})
             by_class[r['label']] = by_class.get(r['label'], 0) + r['total']
     out = []
@@ -253,23 +253,135 @@ def execute(items: list[dict], rows: list[dict], rows_path: Path, setting: Setti
                 raise future.exception()
 
 
-def write_document(rows: list[dict], path: Path, note: str) -> None:
-    """``path`` (markdown) and its plot from the stored rows, each task scored on its :attr:`Task.scored_hops`;
-    a task without test runs yet (its lr choice under way) is left out."""
+def _span(values) -> str:
+    """``'1000-1015'`` (``'3'`` for one value) of a set of integers."""
+    lo, hi = min(values), max(values)
+    return f'{lo}' if lo == hi else f'{lo}-{hi}'
+
+
+def _grouped(parts: dict[str, tuple[str, str]]) -> str:
+    """``{task: (own, shared)}`` as one clause per ``shared`` text: its tasks with their ``own`` text, then it."""
+    by_shared: dict[str, list[str]] = {}
+    for task, (own, shared) in parts.items():
+        by_shared.setdefault(shared, []).append(f'{task} {own}'.strip())
+    return '; '.join(f"{', '.join(names)}: {shared}" for shared, names in by_shared.items())
+
+
+def protocol(tasks: dict[str, list[dict]], recipe: Config) -> list[str]:
+    """The protocol as a numbered list: from this module's and :mod:`.report`'s constants, ``recipe`` (a task
+    config) and what the rows hold (draws, candidates, budgets, run counts, run time)."""
+    backbone = recipe.model.backbone
+    test = {t: report.reported(rows) for t, rows in tasks.items()}
+    chosen_at = {t: Config.fromfile(ROOT / TASKS[t].config).train_cfg.max_iters for t in tasks}  # as in plan()
+    development = {}
+    for task, rows in tasks.items():
+        select = [r for r in rows if r['phase'] == 'select']
+        if select:
+            per_lr: dict[tuple, set[int]] = {}
+            for r in select:
+                per_lr.setdefault((r['attention'], r['layers'], r['lr']), set()).add(r['run'])
+            development[task] = (f"{len({v[:2] for v in per_lr})} variants",
+                                 f"{len({r['lr'] for r in select})} candidates x "
+                                 f"{_span({len(runs) for runs in per_lr.values()})} runs per variant (draws "
+                                 f"{', '.join(map(str, sorted({r['run'] for r in select})))}) at {chosen_at[task]} "
+                                 'iterations')
+    candidates = sorted({r['lr'] for rows in tasks.values() for r in rows if r['phase'] == 'select'})
+    paired = {}
+    for task, rows in test.items():
+        at = [r for r in rows if r['iters'] == chosen_at[task]]
+        per_variant = [{r['run'] for r in rs} for rs in report.variants(at).values()]
+        paired[task] = ('', f"draws {_span({r['run'] for r in at})}, {_span({len(d) for d in per_variant})} per "
+                            f'variant at {chosen_at[task]} iterations')
+    again = [f'{task} at {_span({r["iters"] for r in rows if report.replicated(r)})} iterations'
+             for task, rows in test.items() if report.replication(rows)]
+    longer = []
+    for task, rows in test.items():
+        for iters in sorted({r['iters'] for r in rows} - {chosen_at[task]}):
+            at = report.variants([r for r in rows if r['iters'] == iters])
+            depths = '; '.join(f"{depth} layer{'s' * (depth > 1)}: "
+                               + ', '.join(report.LABELS.get(v.attention, v.attention) for v in at if v.layers == depth)
+                               for depth in sorted({v.layers for v in at}))
+            longer.append(f"   - {task}, {iters} iterations, draws {_span({r['run'] for v in at for r in at[v]})}: "
+                          f'{depths}')
+    scored_on = [f"{t} on its {'/'.join(map(str, TASKS[t].scored_hops))}-hop queries" for t in tasks
+                 if TASKS[t].scored_hops]
+    balanced = [t for t in tasks if TASKS[t].balanced]
+    far_columns: dict[str, list[str]] = {}  # as report.task_section: where the far rows are some of the rows
+    for task, rows in test.items():
+        title, keep = TASKS[task].far
+        if any(keep(r) for r in rows) and not all(keep(r) for r in rows):
+            far_columns.setdefault(title, []).append(task)
+    every = [r for rows in tasks.values() for r in rows]
+    seconds = {key(r): r['seconds'] for r in every}
+    dropped = {key(r) for r in every if r['phase'] == 'test'} - {key(r) for r in report.reported(every)}
+    by_lr = Counter(k[4] for k in dropped)  # key(): (task, phase, attention, layers, lr, ...)
+    count = sum(len(report.comparisons(rows)) + len(report.replication(rows)) for rows in test.values())
+    items = [
+        f"Recipe: one for all attentions (`configs/long_range/`: ViT of width {backbone.arch['embed_dims']}, patch "
+        f'{backbone.patch_size}, 1x1 head); they differ in `attn_cfgs` (and the layer count where stated). `LiSA '
+        'T=1` is the self-loop alone (no global path); `T=2` adds one step of S and is the control for the walk.',
+        f"Learning rate: per task, attention and depth the candidate ({', '.join(f'{lr:g}' for lr in candidates)}) "
+        'with the best mean accuracy over development runs on their own draws (their held-out images), the '
+        f'smallest of equals; local-only attentions ({", ".join(report.LABELS[a] for a in report.LOCAL)}) on the '
+        'nearest bin, the only one they reach. Development runs: ' + _grouped(development) + '.',
+        'Test runs, paired: run r trains with seed r on the generator\'s draw r, the same draw for every attention, '
+        'at its chosen lr, and is scored on the draw\'s held-out images, which no choice saw. '
+        + _grouped(paired) + '.',
+        f'Replication: the test draws from {report.REPLICATION_FIRST} on were trained after the results on the '
+        'earlier draws were read; their comparisons are tabled again alone'
+        + (f" ({'; '.join(again)})" if again else ' (none ran)') + '.',
+        'Budget checks, at the same lrs, longer' + (':\n' + '\n'.join(longer) if longer else ': none ran.'),
+        f'Scoring: pixel accuracy (images for classification); a run solves a task at {report.SOLVED:g} %'
+        + ''.join(f'; {s}' for s in scored_on)
+        + (f"; {', '.join(balanced)} class-balanced (the mean of the classes' pixel accuracies)" if balanced else '')
+        + ''.join(f"; far column on {', '.join(names)}: {title}" + (
+            ' (a pixel far from the marker lies on a distractor)' if title == report.MARKED_FAR[0] else '')
+            for title, names in far_columns.items()) + '.',
+        'Statistics: mean and 95 % interval over the runs (Student t); differences paired by run, with their 95 % '
+        f'interval, a difference stated only where it excludes 0; the {count} comparisons are not corrected for '
+        'multiplicity.',
+        f'Cost: summed run time {sum(seconds.values()) / 3600:.1f} core-hours over {len(seconds)} runs; the rows '
+        f'also hold {len(dropped)} test runs at an lr that the choice did not keep'
+        + (f" ({', '.join(f'{by_lr[lr]} at {lr:g}' for lr in sorted(by_lr))})" if dropped else '') + '.']
+    return [line for i, item in enumerate(items, 1) for line in (f'{i}. {item}', '')]
+
+
+def read_note(text: str) -> dict[str, list[str]]:
+    """The sections of a note file: ``{name: lines}`` under each ``## name`` heading (``measurement`` or a
+    task), their blank lines at either end dropped; what stands above the first heading is the file's own."""
+    sections: dict[str, list[str]] = {}
+    lines = None
+    for line in text.splitlines():
+        if line.startswith('## '):
+            lines = sections.setdefault(line[3:].strip(), [])
+        elif lines is not None:
+            lines.append(line)
+    unknown = sorted(set(sections) - {'measurement', *TASKS})
+    if unknown:
+        raise ValueError(f"note section(s) {', '.join(unknown)}: the sections are 'measurement' and the tasks "
+                         f"({', '.join(TASKS)})")
+    return {name: '\n'.join(lines).strip('\n').splitlines() for name, lines in sections.items()}
+
+
+def write_document(rows: list[dict], path: Path, note: str = '',
+                   command: str = '`tools/long_range.py` from the stored rows') -> dict[str, list[dict]]:
+    """``path`` (markdown) and its plot from the stored rows, each task scored on its :attr:`Task.scored_hops`:
+    the findings (:func:`report.summary`), the protocol, then one section per task; ``note`` (markdown,
+    :func:`read_note`) adds what the rows do not hold, its ``measurement`` lines to the protocol and a task's
+    lines to its section; ``command`` (what writes it) heads it. A task without test runs yet (its lr choice
+    under way) is left out. Returns the scored rows of each task in it."""
     rows = scored(rows)
     tasks = {t: [r for r in rows if r['task'] == t] for t in TASKS
              if any(r['task'] == t and r['phase'] == 'test' for r in rows)}
+    notes = read_note(note)
     window = Config.fromfile(ROOT / ATTENTION_CONFIG.format('window'))
     ceiling = report.window_ceiling(window.img_size // window.model.backbone.patch_size,
                                     window.model.backbone.attn_cfgs.window_size, 50.0)
-    out = ['# Long-range probe', '', 'Written by `tools/long_range.py` (`make long-range`); protocol in '
-           '`projects/lisa/long_range/sweep.py`. One recipe for all attentions (`configs/long_range/`: ViT '
-           'of width 64, patch 4, 1x1 head); they differ in `attn_cfgs` (and the layer count where stated). '
-           '`LiSA T=1` is the self-loop alone (no global path); `T=2` adds one step of S and is the control for '
-           'the walk.', '']
-    out += [note, ''] if note else []
-    out += ['## Findings', '', 'Only the paired differences whose 95 % interval excludes 0 are stated as findings.',
-            '', *report.findings(tasks), '']
+    out = ['# Long-range probe', '', f'Written by {command}; the protocol\'s code is '
+           '`projects/lisa/long_range/sweep.py`. Does one attention layer carry information farther than one hop?',
+           '', '## Findings', '', *report.summary(tasks), '', '## Protocol', '', *protocol(tasks, window)]
+    if notes.get('measurement'):
+        out += ['Measurement:', '', *notes['measurement'], '']
     for task, task_rows in tasks.items():
         hops = TASKS[task].scored_hops
         section = report.task_section(task, task_rows, TASKS[task].chance,
@@ -277,12 +389,15 @@ def write_document(rows: list[dict], path: Path, note: str) -> None:
         if hops:
             section[2] += f" Scored on the {'/'.join(map(str, hops))}-hop queries."
         out += section
+        if notes.get(task):
+            out += ['### Notes', '', *notes[task], '']
     png = path.with_suffix('.png')
     out.append(f'![accuracy per run, mean and 95 % interval]({png.name})')
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text('\n'.join(out) + '\n')
     report.plot(tasks, png)
     print(f'wrote {path} and {png}')
+    return tasks
 
 
 def read_rows(paths: list[Path]) -> list[dict]:
