@@ -1,4 +1,4 @@
-"""Every loading path uses the one strict report (issue 25, items 2 and 8).
+"""Every loading path uses the one strict report.
 
 A checkpoint whose tensors do not cover the model (missing, wrong shape) or that holds
 tensors the model does not use stops ``load_from``, ``tools/test.py`` and
@@ -85,7 +85,7 @@ def test_allow_new_and_allow_unused_let_the_named_tensors_through_and_load_the_r
 
 
 def test_tools_test_stops_on_a_checkpoint_missing_a_tensor(tmp_path, monkeypatch):
-    """tools/test.py used to print a metric computed with a randomly initialised layer."""
+    """tools/test.py stops instead of printing a metric computed with a randomly initialised layer."""
     from tools import test as tools_test
     config = tmp_path / 'toy.py'
     cfg = engine_toy.toy_config(str(tmp_path / 'work'))
