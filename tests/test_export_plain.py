@@ -39,10 +39,6 @@ def onnx_outputs(model: nn.Module, x: torch.Tensor, at: list[torch.Tensor], **kw
     return [session.run(None, {session.get_inputs()[0].name: t.numpy()}) for t in at]
 
 
-def as_list(out) -> list[torch.Tensor]:
-    return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
 @pytest.mark.parametrize('kwargs', [{}, dict(step_weights='geometric', num_steps=4), dict(use_global=False)],
                          ids=['adaptive', 'geometric', 'local-only'])
 def test_torch_export_of_a_lisa_layer_holds_no_custom_op_and_computes_as_eager(kwargs):
