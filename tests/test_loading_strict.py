@@ -152,7 +152,7 @@ def test_readme_preset_loads_a_softmax_checkpoint_into_lisa(tmp_path):
     official = official_pvt_state_dict(TINY['embed_dims'], TINY['depths'], TINY['mlp_ratios'], (8, 4, 2, 1), img=64)
     torch.save({'model': official}, tmp_path / 'pvt_tiny.pth')
     init_cfg = dict(type='Pretrained', checkpoint=str(tmp_path / 'pvt_tiny.pth'))
-    with pytest.raises(IncompleteCheckpointError, match=r'NOT IN THE CHECKPOINT \(20\)'):  # the old example
+    with pytest.raises(IncompleteCheckpointError, match=r'NOT IN THE CHECKPOINT \(20\)'):  # step_mlp alone
         LiSAPVT(arch=TINY, pretrain_img_size=64,
                 init_cfg=dict(init_cfg, allow_new=['*.attn.step_mlp.*'])).init_weights()
     LiSAPVT(arch=TINY, pretrain_img_size=64, init_cfg=dict(init_cfg, allow_new=['lisa_from_softmax'])).init_weights()
