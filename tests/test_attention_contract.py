@@ -125,8 +125,7 @@ def test_window_attention_shifts_in_odd_blocks_and_refuses_prefix_tokens():
 
 @pytest.mark.parametrize('cfg', ['lisaa', dict(type='lisaa', num_steps=3)], ids=['name', 'dict'])
 def test_an_unknown_type_is_one_value_error_naming_it_and_the_registered_ones_wherever_it_is_checked(cfg):
-    """build_attention and a backbone's attn_cfgs go through one check (a KeyError in one, a ValueError
-    in the other before issue 27)."""
+    """build_attention and a backbone's attn_cfgs go through one check, so both raise the same ValueError."""
     valid = re.escape(str(sorted(ATTENTIONS)))  # every registered type, in order
     with pytest.raises(ValueError, match=rf"unknown attention type 'lisaa'; registered types: {valid}"):
         build_attention(cfg, dim=12, num_heads=3)

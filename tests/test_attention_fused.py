@@ -58,8 +58,8 @@ def test_depthwise_conv_custom_op_passes_opcheck():
 
 @needs_kernels
 def test_depthwise_conv_backward_custom_op_passes_opcheck():
-    """The backward op too: its weight gradient came out as a transposed view while the fake promised a
-    contiguous tensor, and inductor stopped on the stride mismatch (whole Swin, dynamic=True)."""
+    """The backward op too: its weight gradient is the contiguous tensor the fake promises; a transposed
+    view stops inductor on the stride mismatch (whole Swin, dynamic=True)."""
     x = torch.randn(2, 1 + 12, 5, dtype=torch.float64)
     weight = torch.randn(5, 1, 3, 3, dtype=torch.float64)
     torch.library.opcheck(torch.ops.lisa.depthwise_conv_backward, (torch.randn_like(x), x, weight, 3, 4, 1))

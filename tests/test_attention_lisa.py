@@ -167,9 +167,10 @@ def test_walk_in_token_blocks_matches_the_reference(block_elements, weights_shap
 def test_lisa_layer_peak_memory_is_at_most_1_35_times_flattens(backend):
     """One DeiT-T layer (C = 192, 3 heads) on 128 x 128 + 1 tokens, forward+backward: the peak of the
     bytes allocated (every allocation, from the profiler: deterministic) is at most 1.35x FLatten's
-    with the same backend (#40; it was 1.77x with the CPU kernels, 1.44x with 'torch': the walk's
-    (T - 1)-fold hops and their gradients for all tokens at once, the local branch's gradients of
-    q, k, v alive during the walk's backward, a copy of the branches' gradient per operator)."""
+    with the same backend. The bound catches the walk's (T - 1)-fold hops and their gradients held for
+    all tokens at once, the local branch's gradients of q, k, v kept alive during the walk's backward and
+    a copy of the branches' gradient per operator (together 1.77x with the CPU kernels, 1.44x with
+    'torch')."""
     require(backend, torch.empty(0))
     peak = {method: allocated_peak_bytes(*setup(method, 16385, 192, 3, 1, torch.device('cpu'), backend))
             for method in ('flatten', 'lisa')}

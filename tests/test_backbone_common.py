@@ -131,8 +131,8 @@ BACKBONES = [
 def backbones(fast=None):
     """Parametrize over every row; rows not named in ``fast`` (default: every row) carry the slow marker.
 
-    ``fast`` keeps the fast subset (``-m 'not slow'``) as it was: a row is fast where its backbone's
-    own file ran the test in the fast subset, or where the test only builds models.
+    ``fast`` keeps the fast subset (``-m 'not slow'``) small: there a costly test runs on one or two
+    backbones, and a test that only builds models on every one.
     """
     return pytest.mark.parametrize('bb', [
         pytest.param(b, id=b.name, marks=[] if fast is None or b.name in fast else [pytest.mark.slow])
@@ -205,8 +205,8 @@ def test_every_attention_runs_in_every_stage(bb, name):
 @backbones()
 def test_outputs_are_contiguous_nchw_maps_of_the_stage_channels_and_strides(bb):
     """Downstream kernels that read raw memory (mmcv's RoIAlign in Mask R-CNN, open-mmlab/mmcv#2203)
-    take their input as contiguous NCHW: a channels-last view of the tokens gave the Table 4 box and
-    mask heads scrambled RoI features whenever a batch held two or more images."""
+    take their input as contiguous NCHW: a channels-last view of the tokens gives the Table 4 box and
+    mask heads scrambled RoI features whenever a batch holds two or more images."""
     model = bb.build().eval()
     with torch.no_grad():
         outs = model(torch.randn(2, 3, *bb.size))

@@ -182,7 +182,7 @@ def test_train_tool_with_check_data_stops_before_building_the_model(damaged_ade2
 
 
 def test_an_empty_split_is_reported_not_a_traceback(ade20k):
-    """Issue 25 item 6: an empty split used to end in a traceback (a pool of 0 processes)."""
+    """An empty split is a problem naming its folder, not a traceback (a pool of 0 processes)."""
     for folder in ('images', 'annotations'):
         for path in (ade20k / folder / 'training').iterdir():
             path.unlink()
@@ -193,7 +193,7 @@ def test_an_empty_split_is_reported_not_a_traceback(ade20k):
 
 
 def test_a_16_bit_image_that_decodes_to_black_is_an_error(ade20k):
-    """Issue 25 item 6: 16-bit images with values below 256 decoded to all-zero input without a word.
+    """A 16-bit image with values below 256 decodes to all-zero input, so it is an error.
     The reference is the loader itself: mmcv.imread decodes the image to zeros."""
     image = sorted((ade20k / 'images' / 'training').iterdir())[2]
     pixels = np.asarray(Image.open(image).convert('L')).astype(np.uint16) // 2  # 0..127 in 16 bits
@@ -207,9 +207,9 @@ def test_a_16_bit_image_that_decodes_to_black_is_an_error(ade20k):
 
 @pytest.mark.parametrize('dataset', ['ade20k', 'coco'])
 def test_every_image_the_loader_cannot_decode_in_full_is_an_error_naming_it(tmp_path, dataset):
-    """Issue 39 item 2: a JPEG cut short (its header intact) crashed the check with ``TypeError: 'NoneType' object
-    is not subscriptable``, naming no file: OpenCV, the decoder of mmcv's ``LoadImageFromFile``, decodes no image
-    from it. So it does from a PNG that lacks only its end, which Pillow decodes."""
+    """A JPEG cut short (its header intact) is named, not a ``TypeError: 'NoneType' object is not subscriptable``
+    that names no file: OpenCV, the decoder of mmcv's ``LoadImageFromFile``, decodes no image from it. Nor does
+    it from a PNG that lacks only its end, which Pillow decodes."""
     cfg, images = training_split(tmp_path, dataset, 4)
     damaged = dict(zip(TRUNCATIONS, map(str, images)))
     for damage, path in damaged.items():
@@ -222,7 +222,7 @@ def test_every_image_the_loader_cannot_decode_in_full_is_an_error_naming_it(tmp_
 
 
 def test_a_truncated_jpeg_is_named_where_opencv_decodes_it_in_part(ade20k, monkeypatch):
-    """Issue 39 item 2: OpenCV 4 decodes a JPEG cut short to the rows it holds and fills the rest grey, where
+    """OpenCV 4 decodes a JPEG cut short to the rows it holds and fills the rest grey, where
     OpenCV 5 decodes none; the check names the file with either. OpenCV 4 is played by libjpeg through Pillow,
     which decodes a file cut short the same way when told to load truncated images."""
     decode = cv2.imdecode
@@ -249,8 +249,8 @@ def test_a_truncated_jpeg_is_named_where_opencv_decodes_it_in_part(ade20k, monke
 
 @pytest.mark.parametrize('dataset', ['ade20k', 'coco'])
 def test_16_bit_images_are_named_16_bit_and_an_error_where_they_decode_near_black(tmp_path, dataset):
-    """Issue 39 item 6: a 16-bit colour PNG of values 0..255 was reported only as 'constant colour (0, 0, 0)', and
-    a 16-bit image of values 0..1000, which decodes to 0..3, only as a note. The reference is the loader:
+    """A 16-bit colour PNG of values 0..255 is named 16-bit besides 'constant colour (0, 0, 0)', and a 16-bit
+    image of values 0..1000, which decodes to 0..3, is an error, not a note. The reference is the loader:
     mmcv.imread keeps the high byte of each 16-bit value."""
     cfg, images = training_split(tmp_path, dataset, 4)
     damaged = dict(zip(('16-bit colour 0..255', '16-bit 0..1000', '16-bit 0..65535'), map(str, images)))
@@ -281,8 +281,8 @@ def _replace_sample(ade20k: Path, index: int, image: np.ndarray, label: np.ndarr
 
 
 def test_images_smaller_than_the_pipeline_allows_are_errors(ade20k):
-    """Issue 25 item 6: 1-px sides and images that the smallest RandomResize scale rescales to 0 px passed
-    the check and crashed training. The references are mmseg's own transforms on the same files."""
+    """1-px sides and images that the smallest RandomResize scale rescales to 0 px, which crash training, are
+    errors. The references are mmseg's own transforms on the same files."""
     from mmengine.dataset import Compose
     cfg = with_data_root(SEG_DEMO, ade20k)
     rng = np.random.default_rng(0)
@@ -309,8 +309,8 @@ def test_images_smaller_than_the_pipeline_allows_are_errors(ade20k):
 
 
 def test_a_constant_8_bit_image_is_an_error_with_its_value(ade20k):
-    """Issue 25 item 6: an image of one colour (a broken export) passed. Reference: mmcv.imread decodes it to
-    one BGR value."""
+    """An image of one colour (a broken export) is an error naming the colour. Reference: mmcv.imread decodes
+    it to one BGR value."""
     image = sorted((ade20k / 'images' / 'training').iterdir())[0]
     Image.fromarray(np.full((*image_size(str(image)), 3), (10, 20, 30), np.uint8)).save(image, format='PNG')
     decoded = mmcv.imread(str(image))
@@ -344,7 +344,7 @@ def _two_class_cfg(root: Path, reduce_zero_label: bool, classes=('background', '
 
 
 def test_classes_absent_from_a_split_are_reported_with_the_reduce_zero_label_advice(tmp_path):
-    """Issue 25 item 6: 0 = background, 1 = object under reduce_zero_label=True leaves 'object' absent (the
+    """0 = background, 1 = object under reduce_zero_label=True leaves 'object' absent (the
     stored 1 becomes class 0, the stored 0 is ignored). Reference: the classes mmseg's LoadAnnotations yields."""
     from mmseg.datasets.transforms import LoadAnnotations
     root = _two_class_split(tmp_path)
@@ -363,7 +363,8 @@ def test_classes_absent_from_a_split_are_reported_with_the_reduce_zero_label_adv
 
 
 def test_ade20k_dataset_with_custom_classes_names_base_seg_dataset_as_the_fix(ade20k):
-    """Issue 25 item 6: ADE20KDataset(metainfo=dict(classes=...)) ended in mmseg's 'not a subset' traceback."""
+    """ADE20KDataset(metainfo=dict(classes=...)), which mmseg refuses with a 'not a subset' traceback, is an
+    error whose fix is BaseSegDataset with ADE20K's suffixes and reduce_zero_label."""
     cfg = with_data_root(SEG_DEMO, ade20k)
     cfg.train_dataloader.dataset.metainfo = dict(classes=('background', 'object'))
     [problem] = check_config_data(cfg, ('train_dataloader', ), workers=1)['train_dataloader']

@@ -76,7 +76,7 @@ def assert_compiled_matches_eager(model: nn.Module, inputs: list[tuple], rtol=1e
 
     ``atol`` is relative to each tensor's largest entry: float32 rounding of a sum grows with its
     summands, not with its result, and through a stack of layers the gradients reach tens (there
-    an entry near zero differed by 2.4e-5 while eager and compiled were both 1e-5 to 1e-4 from a
+    an entry near zero differs by 2.4e-5 while eager and compiled are both 1e-5 to 1e-4 from a
     float64 run). A wrong graph differs by the tensor's own scale.
     """
     inductor_workaround.install()  # what every caller of torch.compile does on torch 2.14 (pytorch/pytorch#185510)
@@ -201,8 +201,8 @@ def test_every_attention_traces_for_two_input_sizes():
 @pytest.mark.slow
 def test_attentions_compile_with_inductor_for_two_input_sizes():
     """Inductor's code generation for each lowered code path (:data:`INDUCTOR_CFGS`), built once
-    with symbolic shapes and run at two sizes; only this test compiles an attention's C++. torch
-    2.14's inductor failed here on FLatten's depthwise conv when its saved input was a permuted
+    with symbolic shapes and run at two sizes; only this test compiles an attention's C++. It covers
+    FLatten's depthwise conv, on which torch 2.14's inductor stops if the saved input is a permuted
     view (``cannot determine truth value of Relational``)."""
     torch._dynamo.reset()
     model = Stack([attention(ATTENTION_CFGS[name]) for name in INDUCTOR_CFGS])
@@ -227,14 +227,14 @@ def test_backbones_compile_with_inductor(name, dynamic):
     """Inductor on a whole backbone, forward and backward, at one image size: only this test lowers
     the saved ``(B, 1, N, d)`` heads of a stride-4 stage (PVT, with symbolic shapes) and Swin's shifted
     windows behind patch merging (static shapes). Without
-    :mod:`~projects.lisa.models.attention.inductor_workaround` inductor (torch 2.14.1) raised 'cannot
+    :mod:`~projects.lisa.models.attention.inductor_workaround` inductor (torch 2.14.1) raises 'cannot
     determine truth value of Relational: 128*((s53//4)) < 1' in PVT's build, with ``dynamic=True`` as
     with the default recompile for a new size; new sizes under symbolic shapes are the attention test's.
-    The image is not square, so that height and width are two symbols. Cost, cold inductor cache on the
-    2-core machine: with two sizes this test took 1,110 s (Swin, dynamic) and 430 s (PVT) in a suite run,
-    and each second size was a second full build (PVT: 93 s + 192 s of compile; Swin specialised a side:
-    'size mismatch at index 3' under TORCH_LOGS=recompiles); one size: PVT 370 s, Swin 215 s wall beside
-    a suite run (4 processes on 2 cores)."""
+    The image is not square, so that height and width are two symbols. Cost, cold inductor cache on a
+    2-core machine: one size takes PVT 370 s, Swin 215 s wall beside a suite run (4 processes on 2 cores);
+    each second size is a second full build (PVT: 93 s + 192 s of compile; Swin specialises a side:
+    'size mismatch at index 3' under TORCH_LOGS=recompiles), 1,110 s (Swin, dynamic) and 430 s (PVT) for
+    two sizes in a suite run."""
     torch._dynamo.reset()
     images = [(torch.randn(2, 3, 64, 96),)]
     # float32 through the stages and their backward: inductor's fused reductions sum in another order

@@ -103,9 +103,9 @@ def roi_features_and_reference(config: str) -> list[tuple[torch.Tensor, torch.Te
     pytest.param(c, marks=() if 'lisa-pvt' in c else pytest.mark.slow) for c in sorted(
         str(p.relative_to(ROOT)) for p in (ROOT / 'configs/detection').glob('mask-rcnn_*.py')))])
 def test_mask_rcnn_heads_get_the_roi_features_of_their_maps(config):
-    """The defect the demo showed (box AP50 0.1): the backbones gave channels-last views of their tokens,
-    which mmcv's RoIAlign (open-mmlab/mmcv#2203) read as NCHW, so every Table 4 box and mask head
-    trained on scrambled RoI features. The backbones return contiguous maps now."""
+    """The backbones return contiguous maps: a channels-last view of their tokens, which mmcv's RoIAlign
+    (open-mmlab/mmcv#2203) reads as NCHW, trains every Table 4 box and mask head on scrambled RoI
+    features (the demo's box AP50 drops to 0.1)."""
     for features, reference in roi_features_and_reference(config):
         assert features.abs().sum() > 0
         torch.testing.assert_close(features, reference, rtol=0, atol=0)

@@ -1,5 +1,5 @@
 """The export-shaped formulations (:mod:`projects.lisa.deploy.shaped`) compute what the references compute,
-and the export traces them (issue #40)."""
+and the export traces them."""
 from __future__ import annotations
 
 import collections

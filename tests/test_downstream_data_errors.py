@@ -127,7 +127,7 @@ def test_corrupt_coco_annotation_file_error_names_the_file(tmp_path):
     assert 'JSONDecodeError' in str(error.value)
 
 
-# Invalid content (issue 13, item 5): each error names the file, the bad value and what is valid, where the
+# Invalid content: each error names the file, the bad value and what is valid, where the
 # libraries crash far from the cause (`Target 199 is out of bounds`, `stack expects each tensor to be equal size`,
 # `KeyError: 'mask'`, `need at least one array to concatenate`) or pass silently (`aAcc: nan`, zero box loss).
 
@@ -187,9 +187,9 @@ TRUNCATIONS = ('truncated jpeg', 'truncated png', 'png without its end')
 @pytest.mark.parametrize('damage', [*TRUNCATIONS, '16-bit 0..1000'])
 @pytest.mark.parametrize('dataset', ['ade20k', 'coco'])
 def test_training_on_an_image_it_cannot_use_stops_naming_the_file(tmp_path, dataset, damage):
-    """Issue 39 item 2: a truncated image crashed the sample check with ``TypeError: 'NoneType' object is not
-    subscriptable`` (OpenCV decodes no image from it), naming no file. Item 6: a 16-bit image that decodes to
-    0..3 trained."""
+    """A truncated image stops training with its name, not with ``TypeError: 'NoneType' object is not
+    subscriptable`` (OpenCV decodes no image from it), which names no file; so does a 16-bit image that
+    decodes to 0..3."""
     cfg, images = training_split(tmp_path, dataset, 3)
     bad = images[1]
     damage_image(bad, damage)
@@ -284,7 +284,8 @@ def test_data_paths_of_a_dataset_whose_prefix_is_one_folder():
 
 
 def test_training_with_ade20k_dataset_and_custom_classes_names_base_seg_dataset(ade20k):
-    """Issue 25 item 6: ADE20KDataset(metainfo=dict(classes=...)) ended in mmseg's 'not a subset' ValueError."""
+    """ADE20KDataset(metainfo=dict(classes=...)) stops with the BaseSegDataset fix, not mmseg's 'not a subset'
+    ValueError."""
     cfg = with_data_root(SEG_DEMO, ade20k)
     cfg.train_dataloader.dataset.metainfo = dict(classes=('background', 'object'))
     with pytest.raises(DataError) as error:

@@ -1,4 +1,4 @@
-"""A full disk stops a save cleanly (issue 25, item 3; issue 39, item 4).
+"""A full disk stops a save cleanly.
 
 The free space is simulated (``shutil.disk_usage`` as the hook sees it) and so is a write
 that fails half-way; no disk is filled. What must hold: the hook refuses a save that

@@ -2,7 +2,7 @@
 
 In-process runs of a toy model (``engine_toy``) for the mechanisms; subprocess
 runs of ``tools/train.py`` / ``tools/test.py`` on the demo's Semantic FPN
-config (slow) for the failures of issue 13: a too-large learning rate (NaN from
+config (slow) for the failures met in practice: a too-large learning rate (NaN from
 iteration 2, NaN checkpoints), a NaN checkpoint scored as ``mIoU: 12.20``,
 ``--amp`` on a machine without CUDA.
 """
@@ -104,7 +104,7 @@ def test_metric_from_nonfinite_predictions_fails_naming_the_sample():
         hook.after_test_iter(None, 0, dict(data_samples=[good, bad]), [good, bad])
 
 
-# end to end: the failures of issue 13 through the tools ----------------------------------------------------------
+# end to end: the same failures through the tools ---------------------------------------------------------------------
 
 def run_tool(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
     from test_downstream_training import environment
@@ -175,7 +175,8 @@ DET_DEMO = ROOT / 'configs/detection/demo/mask-rcnn_lisa-pvt-t_fpn_1xb4-12e_synt
 
 
 def test_cpu_amp_refuses_mask_rcnn_at_start_naming_its_fp32_only_ops(monkeypatch):
-    """Issue 25 item 7: --amp on the CPU used to crash Mask R-CNN at step 1 (mmcv nms: expected Float)."""
+    """--amp on the CPU is refused for Mask R-CNN at start, where it would crash at step 1 (mmcv nms: expected
+    Float)."""
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     with pytest.raises(ValueError, match=r"(?s)--amp: .*'RoIAlign'.*'nms'.*float32 only"):
         enable_amp(Config.fromfile(str(DET_DEMO)))

@@ -1,4 +1,4 @@
-"""Kill + ``--resume`` is the uninterrupted run, bit for bit (issue 13, item 4).
+"""Kill + ``--resume`` is the uninterrupted run, bit for bit.
 
 The reference is the same config trained without interruption: the final
 weights must be equal, not close. The demo's Semantic FPN + LiSA-PVT-T config

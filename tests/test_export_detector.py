@@ -100,7 +100,8 @@ def coco_val(tmp_path_factory) -> dict[int, Path]:
 
 
 def assert_agree(pairs: list[tuple]) -> list[dict]:
-    """The agreements of every image (:func:`agreement.agreement`), asserted within the bounds of issue #26 item 1."""
+    """The agreements of every image (:func:`agreement.agreement`), asserted within the bounds of
+    :mod:`projects.lisa.deploy.agreement`."""
     found = [agreement.agreement(eager, onnx) for eager, onnx, _ in pairs]
     assert not agreement.failures(agreement.summary(found)), found
     return found

@@ -65,10 +65,10 @@ def test_every_attention_variant_exports_with_dynamic_sizes_and_matches_eager(va
 
 @pytest.mark.skipif(not ops.kernels_built(), reason='the CPU kernels are not built')
 def test_legacy_exporter_refuses_the_fused_kernel_instead_of_dropping_it(tmp_path):
-    """The defect of issue 16: TorchScript export of the local-only LiSA ran without error, the
-    fused kernel's autograd Function became ``empty_like`` and onnxruntime's output was off by
-    a relative error of 0.56. The kernel is a registered op now, which that exporter refuses (at
-    the first of the layer's ``lisa::`` ops: the fused features, then the local branch)."""
+    """TorchScript export of the local-only LiSA must not pass silently with the fused kernel traced as
+    ``empty_like`` (onnxruntime's output off by a relative error of 0.56): the kernel is a registered op, which
+    that exporter refuses (at the first of the layer's ``lisa::`` ops: the fused features, then the local
+    branch)."""
     model = OnGrid(VARIANTS['lisa-local-only'])
     with torch.no_grad(), pytest.raises(torch.onnx.errors.UnsupportedOperatorError,
                                         match='lisa::(kernel_features|neighbourhood)'):

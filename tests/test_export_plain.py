@@ -1,5 +1,5 @@
 """Plain ``torch.export.export`` and ``torch.onnx.export(..., dynamo=True)`` of LiSA models, without
-``set_backend(model, 'reference')`` (issue 26, item 2), checked against eager (fast path)."""
+``set_backend(model, 'reference')``, checked against eager (fast path)."""
 from __future__ import annotations
 
 import math
@@ -37,10 +37,6 @@ def onnx_outputs(model: nn.Module, x: torch.Tensor, at: list[torch.Tensor], **kw
         program = torch.onnx.export(model, (x, ), dynamo=True, **kwargs)
     session = ort.InferenceSession(program.model_proto.SerializeToString(), providers=['CPUExecutionProvider'])
     return [session.run(None, {session.get_inputs()[0].name: t.numpy()}) for t in at]
-
-
-def as_list(out) -> list[torch.Tensor]:
-    return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 @pytest.mark.parametrize('kwargs', [{}, dict(step_weights='geometric', num_steps=4), dict(use_global=False)],
@@ -103,8 +99,8 @@ def test_torch_export_of_a_lisa_pvt_backbone_computes_as_eager():
                                     dict(num_steps=math.inf, step_weights='geometric')],
                          ids=['adaptive', 'local-only', 'T-inf'])
 def test_plain_onnx_export_of_a_lisa_layer_runs_on_onnxruntime_as_eager(kwargs):
-    """The defect of issue 26: this call failed with ``No ONNX function found for
-    <OpOverload(op='lisa.kernel_features')>`` (and T = infinity on ``aten.linalg_solve``).
+    """The export needs no ONNX function for the ``lisa::`` ops (``No ONNX function found for
+    <OpOverload(op='lisa.kernel_features')>``) nor, for T = infinity, for ``aten.linalg_solve``.
     About 10 s each."""
     model = OnGrid(dict(type='lisa', **kwargs))
     x = torch.randn(1, 3, 5, 7)

@@ -1,4 +1,4 @@
-"""Fine-tuning from a checkpoint trained for other classes (issue 39, item 1).
+"""Fine-tuning from a checkpoint trained for other classes.
 
 A head of another ``num_classes`` (COCO -> own data, ADE -> own data) stops a strict load
 with a message that names ``allow_mismatch``; the tensors it names keep the model's

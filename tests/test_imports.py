@@ -1,4 +1,4 @@
-"""Parts that stand alone (issue 41): each entry point imported, or run, in a fresh Python that
+"""Parts that stand alone: each entry point imported, or run, in a fresh Python that
 refuses the packages it must not need.
 
 The refusal is a meta-path finder installed before anything else: importing a refused package
@@ -221,7 +221,7 @@ def test_importing_the_models_and_the_engine_registers_nothing_and_the_registry_
 
 
 def test_a_config_naming_the_registry_registers_and_one_naming_the_package_is_told_what_to_change(tmp_path):
-    """What a config writes; a config of before issue 41 (``imports=['projects.lisa']``) registers
+    """What a config writes; a config naming the package (``imports=['projects.lisa']``) registers
     nothing, and the tools say what to change."""
     (tmp_path / 'new.py').write_text("custom_imports = dict(imports=['projects.lisa.registry'], "
                                      "allow_failed_imports=False)\n")

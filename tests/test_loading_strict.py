@@ -1,4 +1,4 @@
-"""Every loading path uses the one strict report (issue 25, items 2 and 8).
+"""Every loading path uses the one strict report.
 
 A checkpoint whose tensors do not cover the model (missing, wrong shape) or that holds
 tensors the model does not use stops ``load_from``, ``tools/test.py`` and
@@ -85,7 +85,7 @@ def test_allow_new_and_allow_unused_let_the_named_tensors_through_and_load_the_r
 
 
 def test_tools_test_stops_on_a_checkpoint_missing_a_tensor(tmp_path, monkeypatch):
-    """tools/test.py used to print a metric computed with a randomly initialised layer."""
+    """tools/test.py stops instead of printing a metric computed with a randomly initialised layer."""
     from tools import test as tools_test
     config = tmp_path / 'toy.py'
     cfg = engine_toy.toy_config(str(tmp_path / 'work'))
@@ -152,7 +152,7 @@ def test_readme_preset_loads_a_softmax_checkpoint_into_lisa(tmp_path):
     official = official_pvt_state_dict(TINY['embed_dims'], TINY['depths'], TINY['mlp_ratios'], (8, 4, 2, 1), img=64)
     torch.save({'model': official}, tmp_path / 'pvt_tiny.pth')
     init_cfg = dict(type='Pretrained', checkpoint=str(tmp_path / 'pvt_tiny.pth'))
-    with pytest.raises(IncompleteCheckpointError, match=r'NOT IN THE CHECKPOINT \(20\)'):  # the old example
+    with pytest.raises(IncompleteCheckpointError, match=r'NOT IN THE CHECKPOINT \(20\)'):  # step_mlp alone
         LiSAPVT(arch=TINY, pretrain_img_size=64,
                 init_cfg=dict(init_cfg, allow_new=['*.attn.step_mlp.*'])).init_weights()
     LiSAPVT(arch=TINY, pretrain_img_size=64, init_cfg=dict(init_cfg, allow_new=['lisa_from_softmax'])).init_weights()

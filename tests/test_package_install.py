@@ -1,11 +1,11 @@
 """The wheel works without the repo: ``pip wheel .`` installed non-editable trains from another folder.
 
-Only this test catches a package that reads files the wheel lacks (the safety hooks' config fragment
-lived in the repo's ``configs/`` until issue 27) or misses package data. The wheel is built from a copy
-of the tracked sources (no compiled kernels, no build folders of the checkout) and installed with
+Only this test catches a package that reads files the wheel lacks (a file of the repo's ``configs/``
+instead of package data such as the safety hooks' config fragment) or misses package data. The wheel is
+built from a copy of the tracked sources (no compiled kernels, no build folders of the checkout) and installed with
 ``--no-deps`` into a fresh venv that sees the project venv's packages through a plain path line (so the
 editable install's finder, which would import the checkout, is not run): only the wheel is new.
-It is built with ``LISA_WITH_KERNELS=0``: the three kernels' -O3 compile took 410 of the test's 431 s,
+It is built with ``LISA_WITH_KERNELS=0``: the three kernels' -O3 compile takes 410 of the test's 431 s,
 and ``make install`` already compiles them from the same ``setup.py`` (and checks they import); the
 package then runs the same math in tensor operations.
 """

@@ -1,4 +1,4 @@
-"""A resumed run does what its config says (issue 25, items 1, 4 and 5; issue 39, items 5 and 6).
+"""A resumed run does what its config says.
 
 The toy of ``engine_toy`` trains 4 of 8 iterations and saves; the resume changes the
 config. References: the closed form of PolyLR, ``lr_t = lr * (1 - t / (T - 1)) ** 0.9``

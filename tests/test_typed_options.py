@@ -1,5 +1,5 @@
 """Every option of every registered attention and backbone is checked against its type hint when
-the class is built (issue #39, item 3): a flag takes only True or False (numpy's too), a count no
+the class is built: a flag takes only True or False (numpy's too), a count no
 bool, and the error names the class, the option, the value and what is valid.
 
 The options are read here from the constructors' own hints (following ``**kwargs`` to the base

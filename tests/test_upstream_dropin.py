@@ -153,7 +153,7 @@ def measured(fn, *args):
 
 def in_child(fn, *args):
     """``measured(fn, *args)`` in a forked process (its exception re-raised here): the memory of
-    the models it builds goes back to the system when it exits, where one process's heap kept growing."""
+    the models it builds goes back to the system when it exits, instead of growing one process's heap."""
     with multiprocessing.get_context('fork').Pool(1) as pool:
         return pool.apply(measured, (fn, *args))
 

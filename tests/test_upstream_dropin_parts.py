@@ -1,4 +1,4 @@
-"""Issue #38: with only ``type`` changed, the upstream backbones' own expectations hold, part by part.
+"""With only ``type`` changed, the upstream backbones' own expectations hold, part by part.
 
 Each test builds the upstream backbone and the LiSA one from the same arguments (the upstream
 vocabulary), and compares what the upstream library promises for that argument: the outputs

@@ -5,8 +5,7 @@
 # only; the BiFormer paper was not checked here, and the released B training log (linked from
 # BiFormer's README) would settle it. Why 0.4: B has S's depth (4, 4, 18, 4) at 1.5x the width (56.8M
 # parameters against 25.5M), and recipes of this family raise drop path with width at equal depth
-# (Swin-S 0.3, Swin-B 0.5); 0.4 is also the value this config had before, so runs already made stay
-# comparable.
+# (Swin-S 0.3, Swin-B 0.5).
 custom_imports = dict(imports=['projects.lisa.registry'], allow_failed_imports=False)
 _base_ = './biformer-tiny_bra_8xb128_in1k.py'
 

@@ -1,4 +1,4 @@
-"""Deployment figures (issue #26, items 1 and 4): the exported models against eager PyTorch.
+"""Deployment figures: the exported models against eager PyTorch.
 
 * **The demo's trained Mask R-CNN** (:func:`measure_trained`): exported once, then mmdet's own
   test (``model.test_step``) and onnxruntime on the generated COCO val images at each test

@@ -2,8 +2,8 @@
 
 The exported graph (:class:`.detector.MaskRCNNDetections`) and ``model.test_step`` see the same
 preprocessed image; the graph's detections are pasted into the original image by
-:func:`.detector.paste_detections`, as the test pastes its own. They agree (issue #26, item 1)
-when, on every image,
+:func:`.detector.paste_detections`, as the test pastes its own. They agree when, on every
+image,
 
 * the two give the same number of detections, matched one to one (same label, greedily by box
   IoU in eager's score order: :func:`agreement`);

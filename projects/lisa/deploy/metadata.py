@@ -10,8 +10,8 @@ head resizes its logits (``align_corners``), the dataset's ``classes`` and ``pal
 image; a detector's boxes are divided by its scale factor, a segmentor's logits resized back to
 the image) and a detector's mask threshold (``mask_thr``, ``test_cfg.rcnn.mask_thr_binary``).
 :func:`inference_metadata` reads them from the config; :meth:`Metadata.from_props` reads them
-back with json alone (no torch, no OpenMMLab import). The last two came later: a file without
-them is refused (re-export it), since its results would silently not be the test's.
+back with json alone (no torch, no OpenMMLab import). A file without the fields its task needs
+(:data:`TASK_FIELDS`) is refused (re-export it), since its results would silently not be the test's.
 """
 from __future__ import annotations
 

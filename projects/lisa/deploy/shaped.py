@@ -1,5 +1,5 @@
 """Export-shaped formulations of LiSA's operators: the same values as their references, as graphs that
-onnxruntime runs fast (issue #40).
+onnxruntime runs fast.
 
 Under ``torch.export`` the operators trace their plain-tensor references
 (:mod:`projects.lisa.models.attention.ops.backend`), written for reading. onnxruntime's CPU kernels run one

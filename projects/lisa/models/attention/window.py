@@ -81,13 +81,9 @@ class ShiftedWindowAttention(nn.Module):
         """The table from a truncated normal (std 0.02), as Swin initialises it."""
         nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
 
-    def shift_mask(self, hp: int, wp: int, device: torch.device) -> Tensor:
-        """``M`` of every window of the padded ``(hp, wp)`` grid, ``(nW, w^2, w^2)``."""
-        w, s = self.window_size, self.shift_size
-        return self._shift_mask(hp, wp, w, s, device)
-
     @staticmethod
     def _shift_mask(hp: int, wp: int, w: int, s: int, device: torch.device) -> Tensor:
+        """``M`` of every window of the padded ``(hp, wp)`` grid, ``(nW, w^2, w^2)``."""
         region = torch.zeros(hp, wp, device=device)
         cuts = (slice(0, -w), slice(-w, -s), slice(-s, None))
         for i, (rows, cols) in enumerate(product(cuts, cuts)):
