@@ -104,7 +104,7 @@ def test_every_backbone_refuses_a_wrong_typed_option_naming_it(cls, name, value)
         cls(**{**SMALL[cls], name: value})
 
 
-def test_the_cases_cover_every_registered_class_and_the_flags_of_the_issue():
+def test_the_cases_cover_every_registered_class_and_its_boolean_and_integer_flags():
     covered = {(p.values[0], p.values[1]) for p in cases(ATTENTION_CLASSES + BACKBONE_CLASSES)}
     assert {(cls, 'qkv_bias') for cls in ATTENTION_CLASSES + BACKBONE_CLASSES} <= covered
     assert {(cls, 'with_cp') for cls in BACKBONE_CLASSES} <= covered
@@ -128,7 +128,7 @@ def test_the_cases_cover_every_registered_class_and_the_flags_of_the_issue():
     (lambda: LiSASwinTransformer(embed_dims=8, depths=[1] * 4, num_heads=[1] * 4, with_cp='no'),
      "LiSASwinTransformer: with_cp='no' must be True or False"),
 ])
-def test_the_issue_s_examples_are_refused_saying_what_is_valid(build, message):
+def test_wrong_typed_options_are_refused_saying_what_is_valid(build, message):
     with pytest.raises(ValueError, match=f'^{re.escape(message)}$'):
         build()
 
@@ -165,7 +165,7 @@ def test_a_misspelt_option_is_refused_with_the_nearest_valid_names(cls):
     (lambda: build_attention(dict(type='lisa', num_step=3), 8, 2),
      'LiSAAttention: unknown option num_step=3; did you mean num_steps'),
 ])
-def test_the_issue_s_misspelt_options_name_the_valid_one(build, message):
+def test_misspelt_options_name_the_valid_one(build, message):
     with pytest.raises(TypeError, match=f'^{re.escape(message)}'):
         build()
 
