@@ -5,9 +5,9 @@ square grid with or without a class token (:func:`grid_of`). :func:`run` measure
 
 * ``fwd_ms`` / ``fwd_bwd_ms``: median latency of the forward (``torch.no_grad``) and of
   forward+backward (gradients of the input and all parameters), the methods taking turns
-  (:func:`..benchmark.median_seconds`);
+  (:func:`.timing.median_seconds`);
 * ``saved``: bytes autograd keeps for backward (distinct storages, parameters and input
-  excluded; :func:`..benchmark.saved_tensor_bytes`);
+  excluded; :func:`.timing.saved_tensor_bytes`);
 * ``peak``: :func:`peak_bytes`, on the CPU in a fresh subprocess per measurement (:func:`memory`).
 
 :func:`table` and :func:`markdown` give the rows with their ratios to FLatten of the same run.

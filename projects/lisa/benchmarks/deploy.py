@@ -9,7 +9,7 @@
   ``torch.no_grad``), of eager on the reference ops (what the export traces: where onnxruntime
   trails eager, this tells the missing CPU kernels from onnxruntime's own cost) and of
   onnxruntime on the same input with the same thread count, the three taking turns run by run
-  (:func:`.benchmark.median_times`), and how far eager and onnxruntime agree:
+  (:func:`.timing.median_times`), and how far eager and onnxruntime agree:
   segmentors by :func:`projects.lisa.deploy.relative_errors` at two sizes, detectors by
   :func:`~projects.lisa.deploy.agreement.compare` on generated COCO images. Random weights detect
   nothing above the score threshold, so each detector is first made confident in the generated

@@ -7,7 +7,7 @@ norms and upsampling are counted, element-wise operations are not.
 Segmentation is measured at a 2048x512 input, detection at 1280x800
 (:data:`PAPER_INPUT_HW`), through the network forward as the mm ``get_flops``
 tools trace it. Counted so, the mm packages' own softmax baselines reproduce the
-paper's baseline rows (:data:`.paper.PAPER_GFLOPS`; ``docs/flops.md``, written by
+paper's baseline rows (:data:`~projects.lisa.analysis.paper.PAPER_GFLOPS`; ``docs/flops.md``, written by
 ``tools/get_flops.py``).
 
 The analyzer sees three operations of our models only as names, so this

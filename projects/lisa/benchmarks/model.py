@@ -4,7 +4,7 @@
   with torch alone (:class:`.deit.DeiT`: the forward pass of ``LiSAViT``) at each input size,
   batch 1: ``fwd_ms`` (forward under ``torch.no_grad``), ``train_ms`` (forward, backward of the
   sum of the class-token output into every parameter), ``saved`` (bytes autograd keeps for that
-  backward; :func:`.benchmark.saved_tensor_bytes`) and on CUDA ``peak``. :func:`table` adds the
+  backward; :func:`.timing.saved_tensor_bytes`) and on CUDA ``peak``. :func:`table` adds the
   ratios to FLatten of the same size and the paper's figures.
 * **Dense models**: the parts of the Table 3 segmentation models that the attention changes
   (:data:`DENSE`, :func:`dense_configs`: backbone + FPN neck of Semantic FPN with PVT-T, FLatten-PVT-T,
@@ -15,7 +15,7 @@
   tables of the ratios to the softmax model and to FLatten of the same family
   (:func:`dense_table`, over several processes :func:`merge_processes`).
 
-The models of one comparison take turns run by run (:func:`.benchmark.median_times`), so a change
+The models of one comparison take turns run by run (:func:`.timing.median_times`), so a change
 of the machine's load hits them alike. :func:`write_results` writes the rows and the table;
 ``tools/benchmark_model.py`` is the command line.
 """
@@ -72,7 +72,7 @@ class Bench:
 
 def measure(img_size: int, attentions: Sequence[str], device: torch.device, warmup: int = 1, repeats: int = 5,
             budget_s: float = 60.0) -> list[dict]:
-    """Rows of every attention at one size; their runs take turns (:func:`.benchmark.median_seconds`).
+    """Rows of every attention at one size; their runs take turns (:func:`.timing.median_seconds`).
 
     The first run of each model is the memory run (``saved``); each latency is then the median of
     ``repeats`` runs after ``warmup`` further untimed ones, stopping once they took ``budget_s``.
@@ -131,7 +131,7 @@ def table(rows: list[dict]) -> str:
     return '\n'.join(lines)
 
 
-# family -> (what is measured, parts of the model, the segmentor of its Table 3 models in :data:`.paper.PAPER_MODELS`)
+# family -> (what is measured, parts of the model, the segmentor of its Table 3 models in analysis.paper.PAPER_MODELS)
 DENSE = {
     'pvt': ('Semantic FPN backbone + neck', ('backbone', 'neck'), 'S-FPN'),
     'swin': ('UperNet backbone', ('backbone', ), 'UperNet'),

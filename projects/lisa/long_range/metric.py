@@ -2,7 +2,7 @@
 
 The probe side-car of an image ``<root>/img_dir/<split>/<name>.png`` is
 ``<root>/probe/<split>/<name>.npy``, uint16 ``(2, H, W)``: distance (px) and hops
-(:mod:`.long_range`). Pixels whose label is ``ignore_index`` are not counted.
+(:mod:`.tasks`). Pixels whose label is ``ignore_index`` are not counted.
 
 For the bin ``b`` of distances ``[edges[b], edges[b+1])`` and the hop count ``h``::
 

@@ -2,7 +2,7 @@
 
 :func:`checked_init` makes every construction of a class check the options it is given
 (:func:`check_options`) before its ``__init__`` runs: the attention registry applies it to each
-registered type, :class:`..backbones.base.LiSABackbone` to each backbone. A hint is checked where
+registered type, :class:`.backbones.base.LiSABackbone` to each backbone. A hint is checked where
 it is made of
 
 * ``bool``: True or False (numpy's too), not ``'no'``, 0 or None;
