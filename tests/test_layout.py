@@ -108,7 +108,7 @@ def test_no_two_modules_share_a_file_name():
     assert not {name for name, n in counts.items() if n > 1} - SHARED_NAMES
 
 
-def test_the_checks_see_imports_of_every_kind(tmp_path):
+def test_the_checks_see_imports_of_every_kind():
     """The reader finds a relative, an absolute, a function-level and an ``import_module`` import."""
     names = imported(PACKAGE / 'registry.py')
     assert {'projects.lisa.engine.checkpoint', 'projects.lisa.models.backbones'} <= {resolve(m) for m in names}

@@ -198,6 +198,12 @@ def key(item: dict) -> tuple:
     return tuple(item[k] for k in ('task', 'phase', 'attention', 'layers', 'lr', 'run', 'iters'))
 
 
+def default_iters(task: str) -> int:
+    """The budget of ``task``'s config: its learning rate is chosen at it, and its test runs train it unless
+    ``max_iters`` says otherwise."""
+    return Config.fromfile(ROOT / TASKS[task].config).train_cfg.max_iters
+
+
 def plan(setting: Setting, phase: str, *, tasks=None, attentions=None, layers=None, lrs=None, select_runs=None,
          runs=None, first_run: int = 1000, max_iters: int | None = None,
          chosen: dict | None = None) -> list[dict]:
@@ -211,7 +217,7 @@ def plan(setting: Setting, phase: str, *, tasks=None, attentions=None, layers=No
     for task, (variants, task_runs) in setting.tasks.items():
         if tasks and task not in tasks:
             continue
-        default = Config.fromfile(ROOT / TASKS[task].config).train_cfg.max_iters  # the lr is chosen at this budget
+        default = default_iters(task)
         depths = layers or sorted({d for _, d in variants})
         chosen_variants = ([(a, d) for a in attentions for d in depths] if attentions
                            else [(a, d) for a, d in variants if d in depths])
@@ -272,7 +278,7 @@ def protocol(tasks: dict[str, list[dict]], recipe: Config) -> list[str]:
     config) and what the rows hold (draws, candidates, budgets, run counts, run time)."""
     backbone = recipe.model.backbone
     test = {t: report.reported(rows) for t, rows in tasks.items()}
-    chosen_at = {t: Config.fromfile(ROOT / TASKS[t].config).train_cfg.max_iters for t in tasks}  # as in plan()
+    chosen_at = {t: default_iters(t) for t in tasks}
     development = {}
     for task, rows in tasks.items():
         select = [r for r in rows if r['phase'] == 'select']
