@@ -62,10 +62,28 @@ def test_benchmark_writes_table_json_and_plot_with_ratios_to_flatten(tmp_path):
     doc = (tmp_path / 'docs' / 'operator.md').read_text()
     assert 'Written by `python tools/benchmark_attention.py --sizes 17 --methods flatten lisa' in doc
     (md_flatten, ) = [line for line in doc.splitlines() if line.startswith('| flatten | 17 |')]
-    assert md_flatten.split(' | ')[-4:] == ['1.00x'] * 3 + ['1.00x |']
+    assert md_flatten.split(' | ')[7:11] == ['1.00x'] * 4 and md_flatten.split(' | ')[-3:] == ['1.000x', '1.000',
+                                                                                               '1.000 |']
     (md_lisa, ) = [line for line in doc.splitlines() if line.startswith('| lisa | 17 |')]
     lisa, flatten = rows[1], rows[0]
     assert md_lisa.split(' | ')[8] == f"{lisa['fwd_bwd_ms'] / flatten['fwd_bwd_ms']:.2f}x"
+    flops = lisa['flops'] / flatten['flops']
+    assert md_lisa.split(' | ')[-3:] == [f'{flops:.3f}x', f"{lisa['fwd_ms'] / flatten['fwd_ms'] / flops:.3f}",
+                                         f"{lisa['fwd_bwd_ms'] / flatten['fwd_bwd_ms'] / flops:.3f} |"]
+
+
+def test_flops_of_flatten_are_its_products_counted_by_hand():
+    """N = 65 (class token + 8x8), C = 192, 3 heads of 64: qkv and output projections N C (3C + C); K^T V
+    and Q (K^T V) 2 N h d^2; the 5x5 depthwise conv on the 64 grid tokens, per head, 25 h d each."""
+    n, c, h, d = 65, 192, 3, 64
+    assert bench.count_flops('flatten', n, c, h) == n * c * 4 * c + 2 * n * h * d * d + (n - 1) * h * d * 25
+
+
+def test_markdown_has_one_section_per_thread_count():
+    rows = [{'method': m, 'N': 17, 'grid': '4x4', 'threads': t, 'fwd_ms': 1.0 * t, 'fwd_bwd_ms': 2.0, 'saved': 2**20,
+             'peak': 2**20} for t in (1, 2) for m in ('flatten', 'lisa')]
+    doc = bench.markdown(rows, 'setting', 'cmd')
+    assert doc.index('## 1 thread\n') < doc.index('## 2 threads\n') and doc.count('| lisa | 17 | 4x4 |') == 2
 
 
 @pytest.mark.parametrize('argv,message', [(['--threads', '0'], '--threads=0 must be >= 1'),

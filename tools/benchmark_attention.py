@@ -63,7 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='stop repeating a measurement after this many seconds (at least one run)')
     parser.add_argument('--softmax-max-tokens', type=int, default=None,
                         help='skip softmax above this N (default: 16385 on the CPU, no limit on CUDA)')
-    parser.add_argument('--threads', type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument('--threads', type=int, nargs='+', default=[len(os.sched_getaffinity(0))],
+                        help='thread counts, each measured in turn (default: the cores available)')
     parser.add_argument('--clock', choices=('wall', 'cpu'), default='wall',
                         help="'cpu': process CPU time instead of wall time; with --threads 1 it is "
                              'insensitive to other jobs sharing the cores (not for CUDA)')
@@ -80,9 +81,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
     if args.device not in ('cpu', 'cuda'):
         parser.error(f"--device={args.device!r} must be 'cpu', 'cuda' or 'auto'")
-    for name, least in (('warmup', 0), ('repeats', 1), ('threads', 1), ('dim', 1), ('heads', 1), ('batch', 1)):
+    for name, least in (('warmup', 0), ('repeats', 1), ('dim', 1), ('heads', 1), ('batch', 1)):
         if getattr(args, name) < least:
             parser.error(f'--{name}={getattr(args, name)} must be >= {least}')
+    for n in args.threads:
+        if n < 1:
+            parser.error(f'--threads={n} must be >= 1')
     if args.clock == 'cpu' and args.device == 'cuda':
         parser.error("--clock cpu measures host CPU time; use --clock wall with --device cuda")
     if args.softmax_max_tokens is None:
@@ -97,31 +101,39 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
     if args.device == 'cpu' and not args.glibc_malloc:
         keep_freed_memory()
-    device = torch.cuda.get_device_name() if args.device == 'cuda' else f'CPU, {args.threads} threads'
+    threads = ' and '.join(map(str, args.threads))
+    device = torch.cuda.get_device_name() if args.device == 'cuda' else f'CPU, {threads} threads'
     title = (f'C={args.dim}, {args.heads} heads, batch {args.batch}; {device}; torch {torch.__version__}; '
              f'{args.clock} time, median of {args.repeats} after {args.warmup} warm-up; '
              f'LiSA operators: backend {ops.resolve(args.backend, torch.empty(0, device=args.device))!r}; '
-             f'load {os.getloadavg()[0]:.2f}')
+             f'load {os.getloadavg()[0]:.2f} at the start')
     print(title, flush=True)
-    rows = run(args.sizes, args.methods, torch.device(args.device), dim=args.dim, num_heads=args.heads,
-               batch=args.batch, threads=args.threads, warmup=args.warmup, repeats=args.repeats,
-               budget_s=args.budget, clock=args.clock, softmax_max_tokens=args.softmax_max_tokens,
-               backend=args.backend)
-    report = table(rows) + f'\nload average at the end: {os.getloadavg()[0]:.2f}'
+    rows, reports = [], []
+    for n in args.threads:
+        torch.set_num_threads(n)
+        found = run(args.sizes, args.methods, torch.device(args.device), dim=args.dim, num_heads=args.heads,
+                    batch=args.batch, threads=n, warmup=args.warmup, repeats=args.repeats,
+                    budget_s=args.budget, clock=args.clock, softmax_max_tokens=args.softmax_max_tokens,
+                    backend=args.backend)
+        rows += found
+        reports.append((f'{n} threads:\n' if len(args.threads) > 1 else '') + table(found))
+    end = f'load average at the end: {os.getloadavg()[0]:.2f}'
+    report = '\n'.join(reports) + '\n' + end
     print(report)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / 'attention_benchmark.json').write_text(json.dumps({'setting': title, 'rows': rows}, indent=1))
     (args.out / 'attention_benchmark.txt').write_text(title + '\n' + report + '\n')
-    loglog_plot(rows, 'method', 'N', {'fwd_bwd_ms': 'fwd+bwd', 'fwd_ms': 'fwd'},
-                {'saved': 'saved', 'peak': 'peak'}, args.out / 'attention_benchmark.png', title)
+    first = [r for r in rows if r['threads'] == args.threads[0]]
+    loglog_plot(first, 'method', 'N', {'fwd_bwd_ms': 'fwd+bwd', 'fwd_ms': 'fwd'},
+                {'saved': 'saved', 'peak': 'peak'}, args.out / 'attention_benchmark.png',
+                title.replace(f'{threads} threads', f'{args.threads[0]} threads'))
     print(f'saved {args.out}/attention_benchmark.{{png,json,txt}}')
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         command = 'python tools/benchmark_attention.py ' + ' '.join(sys.argv[1:] if argv is None else argv)
-        args.markdown.write_text(markdown(rows, title, command.strip()))
+        args.markdown.write_text(markdown(rows, f'{title}; {end}', command.strip()))
         print(f'wrote {args.markdown}')
 
 

@@ -8,9 +8,11 @@ square grid with or without a class token (:func:`grid_of`). :func:`run` measure
   (:func:`.timing.median_seconds`);
 * ``saved``: bytes autograd keeps for backward (distinct storages, parameters and input
   excluded; :func:`.timing.saved_tensor_bytes`);
-* ``peak``: :func:`peak_bytes`, on the CPU in a fresh subprocess per measurement (:func:`memory`).
+* ``peak``: :func:`peak_bytes`, on the CPU in a fresh subprocess per measurement (:func:`memory`);
+* ``flops``: the forward's counted FLOPs (:func:`count_flops`, the paper's convention; needs MMEngine).
 
-:func:`table` and :func:`markdown` give the rows with their ratios to FLatten of the same run.
+:func:`table` and :func:`markdown` give the rows with their ratios to FLatten of the same run, and the
+markdown each time ratio divided by the FLOPs ratio: 1.00 where a method runs at FLatten's speed per FLOP.
 ``tools/benchmark_attention.py`` is the command line. Torch only.
 """
 from __future__ import annotations
@@ -150,6 +152,28 @@ def memory(method: str, n: int, dim: int, num_heads: int, batch: int, threads: i
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+class _OnGrid(nn.Module):
+    """The layer with its grid bound, so that a tracer sees one tensor input."""
+
+    def __init__(self, m: nn.Module, hw_shape: tuple[int, int]) -> None:
+        super().__init__()
+        self.m, self.hw_shape = m, hw_shape
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.m(x, self.hw_shape)
+
+
+def count_flops(method: str, n: int, dim: int, num_heads: int, batch: int = 1) -> int | None:
+    """Counted FLOPs of the layer's forward (:func:`.flops.model_complexity`: one multiply-add = one FLOP,
+    matrix products and convolutions); None where MMEngine, the counter's library, is not installed."""
+    try:
+        from .flops import model_complexity
+    except ImportError:
+        return None
+    m, x, hw_shape = setup(method, n, dim, num_heads, batch, torch.device('cpu'))
+    return model_complexity(_OnGrid(m, hw_shape).eval(), (x.detach(), )).flops
+
+
 def skip_reason(method: str, n: int, batch: int, dim: int, softmax_max_tokens: int) -> str | None:
     """Why ``method`` is not run at ``n`` tokens (softmax above ``softmax_max_tokens``), else None."""
     if method == 'softmax' and n > softmax_max_tokens:
@@ -161,12 +185,13 @@ def skip_reason(method: str, n: int, batch: int, dim: int, softmax_max_tokens: i
 
 def run(sizes: Sequence[int], methods: Sequence[str], device: torch.device, dim: int = 192, num_heads: int = 3,
         batch: int = 1, threads: int = 1, warmup: int = 2, repeats: int = 7, budget_s: float = 20.0,
-        clock: str = 'wall', softmax_max_tokens: int = sys.maxsize, backend: str | None = None,
+        clock: str = 'wall', softmax_max_tokens: int = sys.maxsize, backend: str | None = None, count: bool = True,
         log: Callable[[str], object] = functools.partial(print, flush=True)) -> list[dict]:
     """One row per method and size: ``method, N, grid, fwd_ms, fwd_bwd_ms, saved, peak``; each
     measured row, and each skip (:func:`skip_reason`), is passed to ``log`` as a line.
     ``clock``: 'wall' (``perf_counter``) or 'cpu' (the process's CPU time); ``backend``: the
-    operators' backend of FLatten and LiSA (one of ``ops.CHOICES``; None: the global choice)."""
+    operators' backend of FLatten and LiSA (one of ``ops.CHOICES``; None: the global choice); ``count``:
+    add each row's ``flops`` (:func:`count_flops`, where MMEngine is installed)."""
     timing = dict(warmup=warmup, repeats=repeats, budget_s=budget_s,
                   clock=time.process_time if clock == 'cpu' else time.perf_counter)
     rows = []
@@ -184,9 +209,12 @@ def run(sizes: Sequence[int], methods: Sequence[str], device: torch.device, dim:
                         for backward in (False, True))
         del setups
         for method in runs:
-            row = {'method': method, 'N': n, 'grid': '{}x{}'.format(*grid_of(n)[0]),
+            row = {'method': method, 'N': n, 'grid': '{}x{}'.format(*grid_of(n)[0]), 'threads': threads,
                    'fwd_ms': 1e3 * fwd[method], 'fwd_bwd_ms': 1e3 * fwd_bwd[method],
                    **memory(method, n, dim, num_heads, batch, threads, device, backend)}
+            flops = count_flops(method, n, dim, num_heads, batch) if count else None
+            if flops is not None:
+                row['flops'] = flops
             rows.append(row)
             log(f"  {method:8s} N={n:6d}: fwd {row['fwd_ms']:.1f} ms, fwd+bwd {row['fwd_bwd_ms']:.1f} ms, "
                 f"saved {row['saved'] / 2**20:.1f} MiB, peak {row['peak'] / 2**20:.1f} MiB")
@@ -215,20 +243,25 @@ def table(rows: list[dict]) -> str:
     return '\n'.join(lines)
 
 
-def markdown(rows: list[dict], title: str, command: str) -> str:
-    """The measurements as a markdown document: absolute figures and ratios to FLatten from the same run."""
+def _section(rows: list[dict]) -> list[str]:
+    """The markdown table of one thread count's rows."""
     ref = {r['N']: r for r in rows if r['method'] == 'flatten'}
-    lines = ['# The attention operator: latency and memory', '',
-             f'Written by `{command}` (do not edit by hand). One attention layer; methods take turns run by run.',
-             '', f'Setting: {title}.', '',
-             '| method | N | grid | fwd ms | fwd+bwd ms | saved MiB | peak MiB | fwd / FLatten | '
-             'fwd+bwd / FLatten | saved / FLatten | peak / FLatten |',
-             '|---|---|---|---|---|---|---|---|---|---|---|']
+    flops = all('flops' in r for r in rows)
+    head = ['method', 'N', 'grid', 'fwd ms', 'fwd+bwd ms', 'saved MiB', 'peak MiB', 'fwd / FLatten',
+            'fwd+bwd / FLatten', 'saved / FLatten', 'peak / FLatten']
+    if flops:
+        head += ['GFLOPs', 'FLOPs / FLatten', 'fwd ÷ FLOPs ratio', 'fwd+bwd ÷ FLOPs ratio']
+    lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
     for r in sorted(rows, key=lambda r: (r['N'], METHODS.index(r['method']))):
         f = ref.get(r['N'])
-        ratios = ([f"{r[k] / f[k]:.2f}x" for k in ('fwd_ms', 'fwd_bwd_ms', 'saved', 'peak')] if f else ['-'] * 4)
-        lines.append(f"| {r['method']} | {r['N']:,} | {r['grid']} | {r['fwd_ms']:.1f} | {r['fwd_bwd_ms']:.1f} | "
-                     f"{r['saved'] / 2**20:.1f} | {r['peak'] / 2**20:.1f} | " + ' | '.join(ratios) + ' |')
+        cells = [r['method'], f"{r['N']:,}", r['grid'], f"{r['fwd_ms']:.1f}", f"{r['fwd_bwd_ms']:.1f}",
+                 f"{r['saved'] / 2**20:.1f}", f"{r['peak'] / 2**20:.1f}"]
+        cells += [f"{r[k] / f[k]:.2f}x" for k in ('fwd_ms', 'fwd_bwd_ms', 'saved', 'peak')] if f else ['-'] * 4
+        if flops:
+            cells += [f"{r['flops'] / 1e9:.3f}"]
+            cells += ([f"{r['flops'] / f['flops']:.3f}x"] + [
+                f"{r[k] / f[k] / (r['flops'] / f['flops']):.3f}" for k in ('fwd_ms', 'fwd_bwd_ms')] if f else ['-'] * 3)
+        lines.append('| ' + ' | '.join(cells) + ' |')
     sizes = sorted({r['N'] for r in rows})
     if len(sizes) > 1:
         lines += ['', 'Growth of the forward+backward time from one size to the next (linear in N would be the '
@@ -240,4 +273,22 @@ def markdown(rows: list[dict], title: str, command: str) -> str:
             if any(a in t and b in t for a, b in zip(sizes, sizes[1:])):
                 lines.append(f'| {method} | ' + ' | '.join(
                     f'{t[b] / t[a]:.2f}' if a in t and b in t else '-' for a, b in zip(sizes, sizes[1:])) + ' |')
-    return '\n'.join(lines) + '\n'
+    return lines
+
+
+def markdown(rows: list[dict], title: str, command: str) -> str:
+    """The measurements as a markdown document, one section per thread count: absolute figures, ratios to
+    FLatten from the same run and, with counted FLOPs, each time ratio divided by the FLOPs ratio."""
+    lines = ['# The attention operator: latency and memory', '',
+             f'Written by `{command}` (do not edit by hand). One attention layer; methods take turns run by run.',
+             '', f'Setting: {title}.', '']
+    if all('flops' in r for r in rows):
+        lines += ['FLOPs: the forward counted as `tools/get_flops.py` counts (one multiply-add = one FLOP; matrix '
+                  'products, convolutions, the walk and the local window as computed; element-wise operations '
+                  'not). The backward of a product costs twice its forward, so the forward\'s FLOPs ratio is also '
+                  "forward+backward's. A time ratio ÷ FLOPs ratio of 1.00 runs at FLatten's speed per FLOP.", '']
+    for threads in sorted({r.get('threads', 0) for r in rows}):
+        if threads:
+            lines += [f'## {threads} thread{"s" if threads > 1 else ""}', '']
+        lines += _section([r for r in rows if r.get('threads', 0) == threads]) + ['']
+    return '\n'.join(lines)
