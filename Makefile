@@ -27,9 +27,9 @@ lint: install
 # gives steady figures; the model benchmarks take their turns, so ratios hold under load too).
 docs: install
 	$(PY) tools/get_flops.py --paper --threads 1 --markdown docs/flops.md
-	$(PY) tools/benchmark_attention.py --threads 1 --clock cpu --markdown docs/operator.md
+	$(PY) tools/benchmark_attention.py --threads 1 2 --markdown docs/operator.md
 	$(PY) tools/benchmark_attention.py --threads 1 --clock cpu --backend torch --methods linear flatten lisa --out work_dirs/benchmark_attention_torch --markdown docs/operator_torch.md
-	$(PY) tools/benchmark_model.py --dense --threads 1 --processes 5 --markdown docs/performance.md
+	$(PY) tools/benchmark_resolution.py --markdown docs/performance.md
 	$(PY) tools/benchmark_model.py --img-sizes 224 2048 --threads 1 --markdown docs/deit.md
 	$(PY) tools/demo.py
 	$(PY) tools/collect_results.py work_dirs/demo --found-only --markdown docs/results.md

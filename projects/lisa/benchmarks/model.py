@@ -144,9 +144,10 @@ def dense_configs(family: str) -> dict[str, str]:
 
 
 class DenseParts(nn.Module):
-    """The backbone (+ neck) of a segmentation config, randomly initialised."""
+    """The backbone (+ neck, + decode head) of a segmentation config, randomly initialised; ``with_cp``:
+    gradient checkpointing in the backbone."""
 
-    def __init__(self, config: Path, parts: tuple[str, ...]) -> None:
+    def __init__(self, config: Path, parts: tuple[str, ...], with_cp: bool = False) -> None:
         super().__init__()
         from mmengine.config import Config
         from mmengine.registry import init_default_scope
@@ -157,13 +158,18 @@ class DenseParts(nn.Module):
         init_default_scope('mmseg')
         cfg = Config.fromfile(config).model
         cfg.backbone.init_cfg = None  # random weights: no checkpoint
+        if with_cp:
+            cfg.backbone.with_cp = True
         self.backbone = MODELS.build(cfg.backbone)
         self.backbone.init_weights()
         self.neck = MODELS.build(cfg.neck) if 'neck' in parts else None
+        self.decode_head = MODELS.build(cfg.decode_head) if 'decode_head' in parts else None
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        feats = self.backbone(x)
-        return tuple(self.neck(feats)) if self.neck is not None else tuple(feats)
+        feats = tuple(self.backbone(x))
+        if self.neck is not None:
+            feats = tuple(self.neck(feats))
+        return (self.decode_head(feats), ) if self.decode_head is not None else feats
 
 
 class DenseBench:
