@@ -58,6 +58,23 @@ def test_gpu_check_runs_on_the_cpu_and_writes_json_and_markdown(tmp_path):
     md = (tmp_path / 'gpu_check.md').read_text()
     assert f"{tests['passed']} passed, 0 failed" in md
     assert '| lisa | 64² | 17 |' in md and '| lisa | 65 | 8x8 |' in md
+    rows = [json.loads(line) for line in (tmp_path / 'resolution' / 'rows.jsonl').read_text().splitlines()]
+    assert {(r['kind'], r['step'], r['size'], r['model']) for r in rows} >= {
+        ('time', 'infer', s, m) for s in (64, 128) for m in ('PVT-T', 'FLatten-PVT-T', 'LiSA-PVT-T')}
+    assert "### LiSA over FLatten beside the paper's Table 13" in md
+    assert '| paper, supp. Table 13: DeiT-T | GPU | 16,385 tokens | 1.76x | 2.12x |' in md
+
+
+def test_a_step_whose_packages_are_missing_is_reported_skipped(tmp_path, monkeypatch):
+    """Without MMSegmentation the sweep of the dense models is skipped and said so; the other steps run."""
+    from tools import gpu_check
+
+    monkeypatch.setattr(gpu_check, 'STEPS', {'resolution': gpu_check.STEPS['resolution']})
+    monkeypatch.setattr(gpu_check, 'NEEDS', {'resolution': ('mmseg', 'no_such_package_here')})
+    monkeypatch.setattr(gpu_check, 'TEST_FILES', ('tests/test_statistics.py', ))
+    assert gpu_check.main(['--device', 'cpu', '--small', '--out', str(tmp_path)]) == 0
+    md = (tmp_path / 'gpu_check.md').read_text()
+    assert 'skipped: needs no_such_package_here (`make install`).' in md
 
 
 def test_gpu_check_refuses_cuda_without_cuda():

@@ -11,7 +11,11 @@ each in a fresh Python process:
 2. ``attention``: ``tools/benchmark_attention.py``, one attention layer of
    DeiT-T (C = 192, 3 heads) from 197 to 65,536 tokens;
 3. ``deit``: ``tools/benchmark_model.py``, DeiT-T (``projects.lisa.benchmarks.deit``)
-   at 224² and 2048² (197 and 16,385 tokens), beside the paper's Table 13.
+   at 224² and 2048² (197 and 16,385 tokens), beside the paper's Table 13;
+4. ``resolution``: ``tools/benchmark_resolution.py``, the Table 3 dense models from 512² to 4096²
+   (time, peak memory, FLOPs; a training step at 1024² with and without ``with_cp``), LiSA over
+   FLatten beside Table 13. It builds the models from their configs, so it needs MMEngine, MMCV and
+   MMSegmentation: where they are missing the step is reported as skipped, and the others run.
 
 Writes ``gpu_check.json`` and ``gpu_check.md`` (and each step's own files) to
 ``--out``; exits non-zero if a step failed. ``--small`` runs tiny sizes and
@@ -22,6 +26,7 @@ This module is also the pytest plugin of step 1 (``-p tools.gpu_check``).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -42,7 +47,13 @@ STEPS = {
     'deit': ('tools/benchmark_model.py',
              ['--img-sizes', '224', '2048'],
              ['--img-sizes', '32', '64', '--repeats', '1', '--warmup', '1']),
+    'resolution': ('tools/benchmark_resolution.py',
+                   ['--sizes', '512', '1024', '2048', '4096', '--train-size', '1024'],
+                   ['--sizes', '64', '128', '--families', 'pvt', '--train-size', '64', '--repeats', '1',
+                    '--warmup', '0', '--threads', '1', '--backends', 'eager']),
 }
+#: Step -> the packages it needs beyond torch.
+NEEDS = {'resolution': ('mmengine', 'mmcv', 'mmseg')}
 
 
 def pytest_configure(config) -> None:
@@ -90,14 +101,21 @@ def report(results: dict) -> str:
     else:
         lines.append(f"pytest exited {tests['returncode']} without a report: see `{tests['log']}`.")
     for name, title in (('attention', 'Attention layer (tools/benchmark_attention.py)'),
-                        ('deit', "DeiT-T beside the paper's Table 13 (tools/benchmark_model.py)")):
-        step = results['steps'][name]
+                        ('deit', "DeiT-T beside the paper's Table 13 (tools/benchmark_model.py)"),
+                        ('resolution', 'Dense models against the image size (tools/benchmark_resolution.py)')):
+        step = results['steps'].get(name)
+        if step is None:
+            continue
         lines += ['', f'## {title}', '']
         table = Path(results['out']) / name / 'table.md'
-        if step['returncode'] == 0 and table.exists():
+        if 'skipped' in step:
+            lines.append(f"skipped: {step['skipped']}.")
+        elif step['returncode'] == 0 and table.exists():
             lines.append(table.read_text().strip())
         else:
             lines.append(f"failed (exit {step['returncode']}): see `{step['log']}`.")
+    if 'resolution' in results:
+        lines += ['', "### LiSA over FLatten beside the paper's Table 13", '', results['resolution']]
     return '\n'.join(lines) + '\n'
 
 
@@ -132,6 +150,11 @@ def main(argv=None) -> int:
                                {**env, DEVICE_ENV: args.device})}
     steps['tests'].update(test_summary(junit))
     for name, (script, full, small) in STEPS.items():
+        missing = [m for m in NEEDS.get(name, ()) if importlib.util.find_spec(m) is None]
+        if missing:
+            steps[name] = {'returncode': None, 'skipped': f'needs {", ".join(missing)} (`make install`)'}
+            print(f'[gpu_check] {name}: {steps[name]["skipped"]}', flush=True)
+            continue
         cmd = [sys.executable, script, *(small if args.small else full), '--device', args.device,
                '--out', str(out / name), '--markdown', str(out / name / 'table.md')]
         steps[name] = run_step(name, cmd, out, env)
@@ -142,10 +165,14 @@ def main(argv=None) -> int:
     for name, file in (('attention', 'attention/attention_benchmark.json'), ('deit', 'deit/benchmark_model.json')):
         if (out / file).exists():
             results[name] = json.loads((out / file).read_text())
+    if steps['resolution'].get('returncode') == 0:
+        from projects.lisa.benchmarks.resolution import beside_table_13, load_rows
+
+        results['resolution'] = beside_table_13(load_rows(out / 'resolution' / 'rows.jsonl'))
     (out / 'gpu_check.json').write_text(json.dumps(results, indent=1))
     (out / 'gpu_check.md').write_text(report(results))
     print(f'[gpu_check] wrote {out}/gpu_check.{{json,md}} in {results["seconds"]:.0f} s', flush=True)
-    return int(any(step['returncode'] for step in steps.values()))
+    return int(any(step['returncode'] for step in steps.values()))  # a skipped step's is None
 
 
 if __name__ == '__main__':
