@@ -62,6 +62,19 @@ def test_a_size_beyond_the_memory_limit_is_reported_with_its_allocation(tmp_path
     assert "can't allocate memory: you tried to allocate" in found['error'], found
 
 
+@pytest.mark.parametrize('message,expected', [
+    ('[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can\'t allocate memory: you tried to '
+     'allocate 786432 bytes.', "can't allocate memory: you tried to allocate 786432 bytes."),
+    ('[ONNXRuntimeError] : 1 : FAIL : ... bfc_arena.cc:360 Failed to allocate memory for requested buffer of size 64',
+     'Failed to allocate memory for requested buffer of size 64'),
+    ("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running BiasGelu node. "
+     "Name:'BiasGelu' Status Message: std::bad_alloc", 'bad_alloc'),
+    ('CUDA out of memory. Tried to allocate 64.00 GiB', 'out of memory. Tried to allocate 64.00 GiB'),
+    ('shape mismatch', None)])
+def test_allocation_errors_of_torch_onnxruntime_and_cuda_are_told_from_other_errors(message, expected):
+    assert res.allocation_error(RuntimeError(message)) == expected
+
+
 @pytest.mark.slow
 def test_sweep_writes_rows_resumes_and_rewrites_the_report_from_them(tmp_path):
     argv = ['--sizes', '64', '128', '--families', 'pvt', '--backends', 'eager', '--threads', '1',

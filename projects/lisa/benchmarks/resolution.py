@@ -52,8 +52,8 @@ FAMILIES = {
 }
 SIZES = (512, 1024, 2048, 4096)
 BACKENDS = ('eager', 'onnxruntime', 'cuda')
-#: The words of an error that says an allocation failed: glibc/torch, onnxruntime, CUDA.
-ALLOCATION_FAILED = ("can't allocate", 'Failed to allocate', 'out of memory')
+#: The words of an error that says an allocation failed: torch, onnxruntime (its arena; C++ new), CUDA.
+ALLOCATION_FAILED = ("can't allocate", 'Failed to allocate', 'bad_alloc', 'out of memory')
 MiB = 2 ** 20
 #: glibc returns freed blocks at once in the memory processes (mmap above 64 KiB), so the peak
 #: resident set is the peak of live memory, not of what the allocator kept.
@@ -122,6 +122,13 @@ def step_fn(parts: DenseParts, x: torch.Tensor, train: bool) -> Callable[[], Non
     return step
 
 
+def allocation_error(e: BaseException) -> str | None:
+    """The part of ``e``'s message that says an allocation failed (:data:`ALLOCATION_FAILED`), else None."""
+    text = ' '.join(str(e).split())
+    at = max(text.find(words) for words in ALLOCATION_FAILED)
+    return text[at:at + 160] if at >= 0 else None
+
+
 def vm_kib(field: str) -> int:
     with open('/proc/self/status') as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ':'))
@@ -151,12 +158,11 @@ def memory_worker(family: str, model: str, size: int, backend: str, threads: int
     before = vm_kib('VmRSS')
     try:
         step()
-    except Exception as e:  # torch raises RuntimeError, onnxruntime its own Fail
-        text = ' '.join(str(e).split())
-        at = max(text.find(words) for words in ALLOCATION_FAILED)
-        if at < 0:
+    except Exception as e:  # torch raises RuntimeError, onnxruntime its own Fail or RuntimeException
+        error = allocation_error(e)
+        if error is None:
             raise
-        return {'error': text[at:at + 160]}
+        return {'error': error}
     row = {'peak': (vm_kib('VmHWM') - before) * 1024, 'rss': vm_kib('VmHWM') * 1024}
     if count_flops:
         resource.setrlimit(resource.RLIMIT_DATA, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
