@@ -50,7 +50,7 @@ STEPS = {
     'resolution': ('tools/benchmark_resolution.py',
                    ['--sizes', '512', '1024', '2048', '4096', '--train-size', '1024'],
                    ['--sizes', '64', '128', '--families', 'pvt', '--train-size', '64', '--repeats', '1',
-                    '--warmup', '0', '--threads', '1', '--backends', 'eager']),
+                    '--warmup', '0', '--threads', '1', '--backends', 'eager', '--profile-size', '0']),
 }
 #: Step -> the packages it needs beyond torch.
 NEEDS = {'resolution': ('mmengine', 'mmcv', 'mmseg')}
