@@ -45,7 +45,12 @@ def test_report_states_what_did_not_fit_and_the_ratios_to_softmax():
                       {(512, 'PVT-T'): 64, (512, 'LiSA-PVT-T'): 32})
     rows.append(dict(kind='memory', step='infer', backend='onnxruntime', threads=2, size=4096, model='PVT-T',
                      family='pvt', error='Failed to allocate memory for requested buffer of size 68719476736'))
+    rows[0]['apart'] = True  # the family timed one model per process at that size
+    rows.append({**rows[0], 'backend': 'onnxruntime', 'once': True})  # one cold run of PVT-T's export
     text = res.report(rows, 'a setting', 'python tools/benchmark_resolution.py')
+    assert 'each model is timed in its own process, one after another: Semantic FPN (backbone, neck, head) at 512².' \
+        in text
+    assert "a session holds up to about twice that: onnxruntime's arena grows): PVT-T at 512²." in text
     assert '| 512² | LiSA-PVT-T | 0.0 | 0.800x | 300 (0.75x) |' in text
     assert '| eager 1 thr. | 512² | 0.750 | 0.800 | 0.938 | yes |' in text
     assert 'PVT-T at 4096² on onnxruntime (infer): Failed to allocate memory for requested buffer of size 68719476736' \

@@ -12,7 +12,7 @@ size (``--sizes``), on the CPU:
 * a training step (batch 1) at ``--train-size`` with and without ``with_cp=True``;
 * where the time goes: the PVT family's eager inference on 1 thread at ``--profile-size`` under
   ``torch.profiler``, by operator, and each model's speed per counted FLOP in its softmax attention and
-  in the rest of the model.
+  in the rest of the model; onnxruntime's node profile of the exports at ``--ort-profile-size``.
 
 Every measurement is appended to ``OUT/rows.jsonl`` as it is taken: run the same command again and
 it goes on where it stopped. The report (``OUT/performance.md``, and ``--markdown PATH``) gives the
@@ -56,6 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--train-size', type=int, default=1024, help='side of the training step (0: none)')
     parser.add_argument('--profile-size', type=int, default=2048,
                         help='profile the PVT family at this side, eager on 1 thread, beside its FLOPs (0: no)')
+    parser.add_argument('--ort-profile-size', type=int, default=512,
+                        help="onnxruntime's node profile of the PVT family's exports at this side, 1 thread (0: no)")
     parser.add_argument('--warmup', type=int, default=1)
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--budget', type=float, default=40.0,
@@ -66,7 +68,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--markdown', type=Path, help='also write the report here (the plot beside it)')
     parser.add_argument('--from-rows', action='store_true', help='measure nothing: write the report of OUT/rows.jsonl')
     args = parser.parse_args(argv)
-    for size in args.sizes + [s for s in (args.train_size, args.profile_size) if s]:
+    for size in args.sizes + [s for s in (args.train_size, args.profile_size, args.ort_profile_size) if s]:
         if size < 64 or size % 32:
             parser.error(f'size {size}: must be a multiple of 32 and >= 64 (the backbones\' output stride is 32)')
     for n in args.threads:
@@ -102,7 +104,8 @@ def main(argv=None) -> None:
         start = os.getloadavg()[0]
         rows = sweep(args.out, CONFIGS, args.families, args.sizes, args.backends, args.threads,
                      args.train_size or None, args.warmup, args.repeats, args.budget,
-                     int(args.memory_limit * 2 ** 30) if args.memory_limit else None, args.profile_size or None)
+                     int(args.memory_limit * 2 ** 30) if args.memory_limit else None, args.profile_size or None,
+                     args.ort_profile_size or None)
         print(f'load average at the start {start:.2f}, at the end {os.getloadavg()[0]:.2f}')
     rows = load_rows(args.out / 'rows.jsonl')
     times = [r for r in rows if r['kind'] == 'time']
@@ -126,7 +129,8 @@ def main(argv=None) -> None:
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(text)
-        shutil.copyfile(args.out / name, args.markdown.parent / name)
+        if (args.markdown.parent / name).resolve() != (args.out / name).resolve():  # --markdown inside --out
+            shutil.copyfile(args.out / name, args.markdown.parent / name)
     print(text)
 
 

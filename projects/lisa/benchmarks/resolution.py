@@ -223,6 +223,16 @@ def profile_worker(family: str, size: int, threads: int, config_dir: str) -> dic
     return found
 
 
+def ort_profile_worker(family: str, size: int, threads: int, out: str) -> dict:
+    """Where onnxruntime spends one inference of each model's export: ms per run by op type
+    (:func:`.deploy.op_profile`, 3 runs after one warm-up)."""
+    from .deploy import op_profile
+
+    x = torch.randn(1, 3, size, size)
+    return {model: {'ops': op_profile(onnx_path(Path(out), model), [x], threads)['ms'], 'flops_by': {}}
+            for model in dense_configs(family)}
+
+
 def in_subprocess(worker: str, malloc_env: bool = False, **kwargs) -> dict:
     """Run ``worker(**kwargs)`` of this module in a fresh interpreter; its returned JSON."""
     code = (f'import json, sys; from {__name__} import {worker}; '
@@ -257,14 +267,15 @@ def load_rows(path: Path) -> list[dict]:
 def sweep(out: Path, config_dir: Path, families: Sequence[str] = tuple(FAMILIES), sizes: Sequence[int] = SIZES,
           backends: Sequence[str] = BACKENDS, threads: Sequence[int] = (1, len(os.sched_getaffinity(0))),
           train_size: int | None = 1024, warmup: int = 1, repeats: int = 3, budget_s: float = 40.0,
-          limit: int | None = None, profile_size: int | None = None,
+          limit: int | None = None, profile_size: int | None = None, ort_profile_size: int | None = None,
           log: Callable[[str], object] = LOG) -> list[dict]:
     """Measure what :file:`rows.jsonl` under ``out`` lacks, appending each row as it is measured.
 
     On the CPU memory and FLOPs first (one fresh process per model, size and backend, on all cores), then
     the times; a model whose memory process hit the limit is not timed at that size and backend. On CUDA
     the time processes measure memory and FLOPs too. With ``profile_size``, last, the profile of the PVT
-    family's eager inference on 1 thread at that size (:func:`profile_worker`)."""
+    family's eager inference on 1 thread at that size (:func:`profile_worker`); with ``ort_profile_size``
+    onnxruntime's (:func:`ort_profile_worker`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / 'rows.jsonl'
@@ -323,10 +334,22 @@ def sweep(out: Path, config_dir: Path, families: Sequence[str] = tuple(FAMILIES)
                         continue
                     load = os.getloadavg()[0]
                     start = time.perf_counter()
-                    times = in_subprocess('time_worker', family=family, models=todo, size=size, backend=backend,
-                                          threads=n, config_dir=str(config_dir), out=str(out), warmup=warmup,
-                                          repeats=repeats, budget_s=budget_s, train=step != 'infer',
-                                          with_cp=with_cp)
+                    # onnxruntime's sessions keep their peak memory (its arena): where the family's peaks do not
+                    # fit together, each model is timed in its own process, one after another
+                    peaks = {(r['step'], r['backend'], r['size'], r['model']): r['peak'] for r in rows
+                             if r['kind'] == 'memory' and 'peak' in r}
+                    together = sum(peaks[step, backend, size, m] for m in todo if (step, backend, size, m) in peaks)
+                    # (sessions run again hold up to about twice the peak of one run: so apart above a third of the
+                    # memory, and a model whose one run takes over 30 % of it runs once, as its memory was measured)
+                    apart = backend == 'onnxruntime' and together > 0.35 * available_bytes()
+                    once = {m for m in todo if apart and peaks[step, backend, size, m] > 0.3 * available_bytes()}
+                    times = {}
+                    for group in ([[m] for m in todo] if apart else [todo]):
+                        times.update(in_subprocess(
+                            'time_worker', family=family, models=group, size=size, backend=backend, threads=n,
+                            config_dir=str(config_dir), out=str(out), warmup=0 if group[0] in once else warmup,
+                            repeats=1 if group[0] in once else repeats, budget_s=budget_s, train=step != 'infer',
+                            with_cp=with_cp))
                     seconds = time.perf_counter() - start
                     for m in todo:
                         if backend == 'cuda':
@@ -334,17 +357,20 @@ def sweep(out: Path, config_dir: Path, families: Sequence[str] = tuple(FAMILIES)
                                      family=family, **{k: v for k, v in times[m].items() if k in ('peak', 'flops')}))
                         add(dict(kind='time', step=step, backend=backend, threads=n, size=size, model=m,
                                  family=family, wall_ms=1e3 * times[m]['wall'], cpu_ms=1e3 * times[m]['cpu'],
-                                 warmup=warmup, repeats=repeats, budget_s=budget_s, load_start=load,
+                                 warmup=0 if m in once else warmup, repeats=1 if m in once else repeats,
+                                 budget_s=budget_s, apart=apart, once=m in once, load_start=load,
                                  load_end=os.getloadavg()[0], seconds=seconds))
                     log(f'  time {step:8s} {backend:11s} {n} thr {size:5d}² ' + ', '.join(
                         f"{m} {1e3 * times[m]['wall']:.0f} ms" for m in todo))
-    if profile_size and 'pvt' in families and 'eager' in backends:
-        keys = [dict(kind='profile', step='infer', backend='eager', threads=1, size=profile_size, model=m,
-                     family='pvt') for m in models('pvt')]
+    for backend, size, worker, where in (('eager', profile_size, 'profile_worker', dict(config_dir=str(config_dir))),
+                                         ('onnxruntime', ort_profile_size, 'ort_profile_worker', dict(out=str(out)))):
+        if not size or 'pvt' not in families or backend not in backends:
+            continue
+        keys = [dict(kind='profile', step='infer', backend=backend, threads=1, size=size, model=m, family='pvt')
+                for m in models('pvt')]
         if not all(row_key(k) in done for k in keys):
-            log(f'  profiling the PVT family at {profile_size}²')
-            found = in_subprocess('profile_worker', family='pvt', size=profile_size, threads=1,
-                                  config_dir=str(config_dir))
+            log(f'  profiling the PVT family at {size}², {backend}')
+            found = in_subprocess(worker, family='pvt', size=size, threads=1, **where)
             for k in keys:
                 add({**k, **found[k['model']]})
     return rows
@@ -400,7 +426,8 @@ def ratio_checks(rows: Sequence[dict], family: str = 'pvt', model: str = 'LiSA-P
                 time_ratio, flops_ratio = t['wall_ms'] / b['wall_ms'], f / fb
                 checks.append(dict(backend=backend, threads=threads, size=size, time_ratio=time_ratio,
                                    flops_ratio=flops_ratio, off=time_ratio / flops_ratio - 1,
-                                   holds=abs(time_ratio / flops_ratio - 1) <= tolerance))
+                                   holds=abs(time_ratio / flops_ratio - 1) <= tolerance,
+                                   cold=bool(t.get('once')) != bool(b.get('once'))))
     return checks
 
 
@@ -486,32 +513,39 @@ def not_fitting(rows: Sequence[dict]) -> list[str]:
 
 
 def profile_tables(rows: Sequence[dict], top: int = 12) -> list[str]:
-    """Markdown of the profile rows: the operators that take the most time, and each model's speed per counted
-    FLOP in its softmax attention (``scaled_dot_product_attention``) and in the rest of the model."""
-    prof = [r for r in rows if r['kind'] == 'profile']
-    if not prof:
-        return []
-    size, models = prof[0]['size'], [r['model'] for r in prof]
-    ops = sorted({op for r in prof for op in r['ops']}, key=lambda op: -max(r['ops'].get(op, 0) for r in prof))
-    lines = [f'## Where the time goes: {FAMILIES[prof[0]["family"]][0]}, {size}², eager, 1 thread', '',
-             'Self CPU time by operator (`torch.profiler`, one run after one warm-up), ms:', '',
-             '| operator | ' + ' | '.join(models) + ' |', '|---|' + '---|' * len(models)]
-    for op in ops[:top]:
-        lines.append(f'| `{op}` | ' + ' | '.join(f"{r['ops'].get(op, 0):,.0f}" for r in prof) + ' |')
-    lines += ['', 'Speed per counted FLOP (GFLOP/s; FLOPs as `tools/get_flops.py` counts them):', '',
-              '| model | all: ms, GFLOPs, GFLOP/s | softmax attention: ms, GFLOPs, GFLOP/s '
-              '| the rest: ms, GFLOPs, GFLOP/s |', '|---|---|---|---|']
+    """Markdown of the profile rows, per backend and size: the operators that take the most time and, where
+    FLOPs by operator were counted, each model's speed per counted FLOP in its softmax attention
+    (``scaled_dot_product_attention``) and in the rest of the model."""
+    lines = []
+    for backend, size in dict.fromkeys((r['backend'], r['size']) for r in rows if r['kind'] == 'profile'):
+        prof = [r for r in rows if r['kind'] == 'profile' and (r['backend'], r['size']) == (backend, size)]
+        models = [r['model'] for r in prof]
+        ops = sorted({op for r in prof for op in r['ops']}, key=lambda op: -max(r['ops'].get(op, 0) for r in prof))
+        what = ('self CPU time by operator (`torch.profiler`, one run after one warm-up)' if backend == 'eager'
+                else "time by op type (onnxruntime's node profile, 3 runs after one warm-up)")
+        lines += [f'## Where the time goes: {FAMILIES[prof[0]["family"]][0]}, {size}², {backend}, 1 thread', '',
+                  f'{what[0].upper()}{what[1:]}, ms per run:', '',
+                  '| operator | ' + ' | '.join(models) + ' |', '|---|' + '---|' * len(models)]
+        for op in ops[:top]:
+            lines.append(f'| `{op}` | ' + ' | '.join(f"{r['ops'].get(op, 0):,.0f}" for r in prof) + ' |')
+        lines.append('')
+        if not all(r['flops_by'] for r in prof):
+            continue
+        lines += ['Speed per counted FLOP (GFLOP/s; FLOPs as `tools/get_flops.py` counts them):', '',
+                  '| model | all: ms, GFLOPs, GFLOP/s | softmax attention: ms, GFLOPs, GFLOP/s '
+                  '| the rest: ms, GFLOPs, GFLOP/s |', '|---|---|---|---|']
 
-    def cell(ms: float, flops: float) -> str:
-        return f'{ms:,.0f}, {flops / 1e9:,.1f}, {flops / 1e6 / ms:.1f}' if ms and flops else '-'
+        def cell(ms: float, flops: float) -> str:
+            return f'{ms:,.0f}, {flops / 1e9:,.1f}, {flops / 1e6 / ms:.1f}' if ms and flops else '-'
 
-    for r in prof:
-        total_ms, total_flops = sum(r['ops'].values()), sum(r['flops_by'].values())
-        sdpa_ms = sum(ms for op, ms in r['ops'].items() if 'scaled_dot_product' in op)
-        sdpa_flops = sum(f for op, f in r['flops_by'].items() if 'scaled_dot_product' in op)
-        lines.append(f"| {r['model']} | {cell(total_ms, total_flops)} | {cell(sdpa_ms, sdpa_flops)} "
-                     f"| {cell(total_ms - sdpa_ms, total_flops - sdpa_flops)} |")
-    return lines + ['']
+        for r in prof:
+            total_ms, total_flops = sum(r['ops'].values()), sum(r['flops_by'].values())
+            sdpa_ms = sum(ms for op, ms in r['ops'].items() if 'scaled_dot_product' in op)
+            sdpa_flops = sum(f for op, f in r['flops_by'].items() if 'scaled_dot_product' in op)
+            lines.append(f"| {r['model']} | {cell(total_ms, total_flops)} | {cell(sdpa_ms, sdpa_flops)} "
+                         f"| {cell(total_ms - sdpa_ms, total_flops - sdpa_flops)} |")
+        lines.append('')
+    return lines
 
 
 def report(rows: Sequence[dict], setting: str, command: str, plot_name: str | None = None) -> str:
@@ -524,6 +558,16 @@ def report(rows: Sequence[dict], setting: str, command: str, plot_name: str | No
              'process. Memory: the growth of the peak resident set (VmHWM) during one step in a fresh process, above '
              'what the built model (or the onnxruntime session) holds. FLOPs: counted forward, one multiply-add = '
              'one FLOP (`tools/get_flops.py`).', '']
+    apart = sorted({(r['family'], r['size']) for r in rows if r['kind'] == 'time' and r.get('apart')})
+    if apart:
+        lines += ["Where a family's three onnxruntime sessions do not fit in memory together (each keeps its peak "
+                  'in its arena), each model is timed in its own process, one after another: '
+                  + ', '.join(f'{FAMILIES[f][0]} at {s}²' for f, s in apart) + '.', '']
+    once = [r for r in rows if r['kind'] == 'time' and r.get('once')]
+    if once:
+        lines += ['One run, cold, in a fresh process, where one run takes over 30 % of the memory (run again, a '
+                  "session holds up to about twice that: onnxruntime's arena grows): "
+                  + ', '.join(sorted({f"{r['model']} at {r['size']}²" for r in once})) + '.', '']
     if plot_name:
         lines += [f'![time and memory against the pixels]({plot_name})', '']
     for family, models in fams.items():
@@ -534,8 +578,10 @@ def report(rows: Sequence[dict], setting: str, command: str, plot_name: str | No
                   '| setting | size | time ratio | FLOPs ratio | time / FLOPs ratio | within 10 % |',
                   '|---|---|---|---|---|---|']
         lines += [f"| {label(c['backend'], c['threads'])} | {c['size']}² | {c['time_ratio']:.3f} "
-                  f"| {c['flops_ratio']:.3f} | {1 + c['off']:.3f} | {'yes' if c['holds'] else 'no'} |" for c in checks]
-        lines += ['', *pays_from(checks), '']
+                  f"| {c['flops_ratio']:.3f} | {1 + c['off']:.3f} | "
+                  + ('not comparable: one of the two timed by one cold run |' if c['cold'] else
+                     f"{'yes' if c['holds'] else 'no'} |") for c in checks]
+        lines += ['', *pays_from([c for c in checks if not c['cold']]), '']
     growth = growth_checks(rows)
     if growth:
         lines += ['## Peak memory per 4x pixels (from 1024²)', '',
