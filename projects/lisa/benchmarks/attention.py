@@ -127,6 +127,14 @@ def setup(method: str, n: int, dim: int, num_heads: int, batch: int, device: tor
     return m, x, grid_of(n)[0]
 
 
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child interpreter that imports this very package: the folder holding
+    ``projects`` first on its path, ``extra`` variables added."""
+    package_root = str(Path(__file__).resolve().parents[3])
+    path = os.pathsep.join(p for p in (package_root, os.environ.get('PYTHONPATH')) if p)
+    return {**os.environ, **(extra or {}), 'PYTHONPATH': path}
+
+
 def memory_worker(method: str, n: int, dim: int, num_heads: int, batch: int, threads: int,
                   backend: str | None = None) -> None:
     """Subprocess entry of :func:`memory`: print the JSON of ``saved`` and ``peak`` bytes on the CPU."""
@@ -144,10 +152,7 @@ def memory(method: str, n: int, dim: int, num_heads: int, batch: int, threads: i
         return {'saved': saved_bytes(m, x, hw_shape), 'peak': peak_bytes(m, x, hw_shape)}
     code = (f'from {__name__} import memory_worker; '
             f'memory_worker({method!r}, {n}, {dim}, {num_heads}, {batch}, {threads}, {backend!r})')
-    # The child imports this very package: the folder holding ``projects`` goes first on its path.
-    package_root = str(Path(__file__).resolve().parents[3])
-    path = os.pathsep.join(p for p in (package_root, os.environ.get('PYTHONPATH')) if p)
-    env = {**os.environ, **MALLOC_ENV, 'PYTHONPATH': path}
+    env = child_env(MALLOC_ENV)
     out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

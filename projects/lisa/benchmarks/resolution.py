@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .attention import MALLOC_ENV, child_env, vm_kib
 from .model import DenseParts, dense_configs
 from .timing import cuda_peak_bytes, keep_freed_memory, median_times
 
@@ -55,9 +56,6 @@ BACKENDS = ('eager', 'onnxruntime', 'cuda')
 #: The words of an error that says an allocation failed: torch, onnxruntime (its arena; C++ new), CUDA.
 ALLOCATION_FAILED = ("can't allocate", 'Failed to allocate', 'bad_alloc', 'out of memory')
 MiB = 2 ** 20
-#: glibc returns freed blocks at once in the memory processes (mmap above 64 KiB), so the peak
-#: resident set is the peak of live memory, not of what the allocator kept.
-MALLOC_ENV = {'MALLOC_MMAP_THRESHOLD_': '65536', 'MALLOC_TRIM_THRESHOLD_': '0'}
 LOG = functools.partial(print, flush=True)
 
 
@@ -127,11 +125,6 @@ def allocation_error(e: BaseException) -> str | None:
     text = ' '.join(str(e).split())
     at = max(text.find(words) for words in ALLOCATION_FAILED)
     return text[at:at + 160] if at >= 0 else None
-
-
-def vm_kib(field: str) -> int:
-    with open('/proc/self/status') as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ':'))
 
 
 def memory_worker(family: str, model: str, size: int, backend: str, threads: int, config_dir: str, out: str,
@@ -234,13 +227,12 @@ def ort_profile_worker(family: str, size: int, threads: int, out: str) -> dict:
 
 
 def in_subprocess(worker: str, malloc_env: bool = False, **kwargs) -> dict:
-    """Run ``worker(**kwargs)`` of this module in a fresh interpreter; its returned JSON."""
+    """Run ``worker(**kwargs)`` of this module in a fresh interpreter (with ``malloc_env``: glibc returning freed
+    blocks at once, :data:`.attention.MALLOC_ENV`, so the peak resident set is the peak of live memory); its
+    returned JSON."""
     code = (f'import json, sys; from {__name__} import {worker}; '
             f'print("@@" + json.dumps({worker}(**json.loads(sys.argv[1]))))')
-    package_root = str(Path(__file__).resolve().parents[3])
-    env = {**os.environ, 'PYTHONPATH': os.pathsep.join(p for p in (package_root, os.environ.get('PYTHONPATH')) if p)}
-    if malloc_env:
-        env.update(MALLOC_ENV)
+    env = child_env(MALLOC_ENV if malloc_env else None)
     proc = subprocess.run([sys.executable, '-c', code, json.dumps(kwargs)], env=env, capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith('@@')]
     if proc.returncode or not lines:
@@ -255,7 +247,7 @@ def available_bytes() -> int:
 
 
 def row_key(row: dict) -> tuple:
-    """What a row measured: kind ('memory' or 'time'), step, backend, threads, size, model."""
+    """What a row measured: kind ('memory', 'time' or 'profile'), step, backend, threads, size, model."""
     return (row['kind'], row['step'], row['backend'], row['threads'], row['size'], row['model'])
 
 
@@ -321,9 +313,10 @@ def sweep(out: Path, config_dir: Path, families: Sequence[str] = tuple(FAMILIES)
                         + (found['error'] if 'error' in found else
                            f"peak {found['peak'] / MiB:8.1f} MiB" + (f", {found['flops'] / 1e9:.1f} GFLOPs"
                                                                       if 'flops' in found else '')))
-    fits = {(r['step'], r['backend'], r['size'], r['model']) for r in rows if r['kind'] == 'memory'
-            and 'error' not in r}
-    fits |= {(step, 'cuda', size, m) for step, size, _ in plans for f in families for m in models(f)}
+    # what fits: the memory rows without an error (on CUDA everything is tried)
+    peaks = {(r['step'], r['backend'], r['size'], r['model']): r['peak'] for r in rows
+             if r['kind'] == 'memory' and 'peak' in r}
+    fits = set(peaks) | {(step, 'cuda', size, m) for step, size, _ in plans for f in families for m in models(f)}
     for step, size, with_cp in plans:
         for backend in backends if step == 'infer' else [b for b in backends if b != 'onnxruntime']:
             for n in (threads if step == 'infer' and backend != 'cuda' else (cores, )):
@@ -336,8 +329,6 @@ def sweep(out: Path, config_dir: Path, families: Sequence[str] = tuple(FAMILIES)
                     start = time.perf_counter()
                     # onnxruntime's sessions keep their peak memory (its arena): where the family's peaks do not
                     # fit together, each model is timed in its own process, one after another
-                    peaks = {(r['step'], r['backend'], r['size'], r['model']): r['peak'] for r in rows
-                             if r['kind'] == 'memory' and 'peak' in r}
                     together = sum(peaks[step, backend, size, m] for m in todo if (step, backend, size, m) in peaks)
                     # (sessions run again hold up to about twice the peak of one run: so apart above a third of the
                     # memory, and a model whose one run takes over 30 % of it runs once, as its memory was measured)
