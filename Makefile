@@ -40,6 +40,14 @@ docs: install
 # 8 further draws and the budget checks (twice the iterations, the pointer's also four times, there with 8
 # further draws too, and the two-layer models at twice; same lrs). Hours on 2 cores (the document states the
 # wall time); rows are kept as runs end, so a stopped sweep resumes where it was.
+# The training-dynamics study (docs/training_dynamics.md): Semantic FPN with PVT-T, FLatten-PVT-T and LiSA-PVT-T
+# from scratch on real nuclei tiles and generated ADE20K; lr per backbone on development draws, 6 paired test
+# draws, twice the iterations, LiSA's ablations, the start from one softmax PVT-T. Two runs at a time, hours on
+# 2 cores; rows are kept as runs end, so a stopped study resumes where it was.
+.PHONY: training-dynamics
+training-dynamics: install
+	$(PY) tools/training_dynamics.py --jobs 2 --threads 1
+
 LONG_RANGE = $(PY) tools/long_range.py --setting make --threads 1 --jobs 2 --rows docs/long_range_rows.jsonl
 .PHONY: long-range
 long-range: install

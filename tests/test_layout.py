@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / 'projects' / 'lisa'
 LAYERS = (
     {'models', 'synthetic', 'configs'},             # the operator and backbones; generated data
     {'analysis', 'data_checks', 'datasets', 'deploy'},
-    {'engine', 'long_range'},                        # run safety (uses the data checks); the probe
+    {'engine', 'long_range', 'dynamics'},            # run safety (uses the data checks); the studies
     {'registry'},                                    # registers what a config names
     {'apis', 'benchmarks'},                          # what the tools call
 )

@@ -64,7 +64,7 @@ class LiSAAttention(KernelAttention):
     * local branch: softmax of ``q_i.k_j / sqrt(d)`` over the 3x3 grid
       neighbourhood of token i (border-clipped); prefix tokens attend to themselves.
     * fusion: ``Y = alpha Y_global + (1 - alpha) Y_local``, ``alpha = sigmoid(a_h)``
-      with one free scalar per head (0.5 at init).
+      with one free scalar per head (``alpha_init`` at init, 0.5 by default).
 
     Open details of the paper, chosen here: ``beta = 0.5``; the local branch
     uses the same (focused) features as the walk with temperature ``sqrt(d)``;
@@ -94,6 +94,7 @@ class LiSAAttention(KernelAttention):
         use_global, use_local: keep each branch (Table 6's ablation); alpha
             exists only with both.
         local_kernel_size: odd window size of the local branch.
+        alpha_init: alpha at init, in (0, 1) (the paper leaves it open).
         backend: one of :data:`.ops.CHOICES`, or None (default): the global choice (see above).
         **kwargs: :class:`KernelAttention` arguments (focusing, dwc, pos_shape, ...).
     """
@@ -112,6 +113,7 @@ class LiSAAttention(KernelAttention):
         backend: str | None = None,
         focusing: bool = True,
         dwc: bool = True,
+        alpha_init: float = 0.5,
         **kwargs,
     ) -> None:
         super().__init__(dim, num_heads, focusing=focusing, dwc=dwc, backend=backend, **kwargs)
@@ -132,11 +134,13 @@ class LiSAAttention(KernelAttention):
             raise ValueError('use_global and use_local cannot both be False')
         if local_kernel_size < 1 or local_kernel_size % 2 == 0:
             raise ValueError(f'local_kernel_size={local_kernel_size} must be a positive odd int')
+        if not 0 < alpha_init < 1:
+            raise ValueError(f'alpha_init={alpha_init} must be in (0, 1): alpha is a sigmoid')
         if step_mlp_hidden is not None and step_mlp_hidden < 1:
             raise ValueError(f'step_mlp_hidden={step_mlp_hidden} must be a positive int')
         self.num_steps, self.beta, self.step_weights = num_steps, beta, step_weights
         self.use_global, self.use_local = use_global, use_local
-        self.local_kernel_size = local_kernel_size
+        self.local_kernel_size, self.alpha_init = local_kernel_size, alpha_init
 
         adaptive = use_global and step_weights == 'adaptive' and num_steps > 1
         if adaptive:
@@ -149,6 +153,8 @@ class LiSAAttention(KernelAttention):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        if self.alpha is not None:
+            nn.init.constant_(self.alpha, math.log(self.alpha_init / (1 - self.alpha_init)))
         if self.step_mlp is not None:
             nn.init.zeros_(self.step_mlp[-1].weight)
             with torch.no_grad():
