@@ -130,10 +130,10 @@ def test_alpha_starts_at_alpha_init_and_rejects_values_outside_0_1():
 
 
 def paired_rows() -> list[dict]:
-    """LiSA 1, 2, 3 points below PVT-T on three draws; an ablation 1 point above LiSA on each."""
+    """LiSA 1, 2, 3 points below PVT-T on three draws; an ablation 1 point above LiSA on each (same losses)."""
     rows = []
     for k, d in enumerate((1000, 1001, 1002)):
-        rows += [row(backbone='pvt-t', draw=d, miou=90.0, loss=(1.0, 0.4 + k / 10)),
+        rows += [row(backbone='pvt-t', draw=d, miou=90.0, loss=(1.0, 0.3 + k / 10)),
                  row(draw=d, miou=89.0 - k, loss=(1.0, 0.5)),
                  row(phase='ablate', variant='dwc-off', draw=d, miou=90.0 - k)]
     return rows
@@ -152,11 +152,17 @@ def test_the_document_states_the_ablation_and_the_loss_band(tmp_path):
     document.write_document(rows, tmp_path / 'dyn.md', 'python tools/training_dynamics.py --from-rows', 'my reading')
     text = (tmp_path / 'dyn.md').read_text()
     assert 'moved it: dwc-off **+1.00 [+1.00, +1.00]**' in text  # the same +1 on every draw
-    assert '| dwc-off | no depthwise conv | 89.00 [86.52, 91.48] | **+1.00 [+1.00, +1.00]** |' in text
+    assert ('| dwc-off | no depthwise conv | 89.00 [86.52, 91.48] | **+1.00 [+1.00, +1.00]** | -1.00 [-3.48, +1.48] '
+            '| +0.000 [+0.000, +0.000] | 3 |') in text  # the ablation's final loss equals LiSA's on every draw
+    # LiSA's final loss 0.5 against PVT-T's 0.3, 0.4, 0.5: differences +0.2, +0.1, 0, t(0.975, 2) x 0.1 / sqrt(3)
+    assert '| LiSA-PVT-T - PVT-T | -2.00 [-4.48, +0.48] | no difference found | +0.100 [-0.148, +0.348] |' in text
     assert 'my reading' in text and (tmp_path / 'dyn.png').stat().st_size > 0
     steps, mean, half = document.curve_band([r for r in rows if r['backbone'] == 'pvt-t'])
-    assert steps.tolist() == [10, 20] and mean[1] == pytest.approx(0.5)
+    assert steps.tolist() == [10, 20] and mean[1] == pytest.approx(0.4)
     assert half[1] == pytest.approx(4.302652729911275 * 0.1 / math.sqrt(3))
+    lisa, pvt = ([r for r in rows if r['backbone'] == b and r['phase'] == 'test'] for b in ('lisa-pvt-t', 'pvt-t'))
+    steps, mean, half = document.curve_band(lisa, minus=pvt)  # paired by draw: 0.2, 0.1, 0.0 at step 20
+    assert (mean.tolist()[0], mean[1], half[1]) == pytest.approx((0.0, 0.1, 4.302652729911275 * 0.1 / math.sqrt(3)))
 
 
 def test_the_weight_decay_bound_is_one_minus_the_product_of_the_steps():

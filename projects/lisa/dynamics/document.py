@@ -20,6 +20,7 @@ DATASET_TITLES = {
     'generated': 'generated ADE20K',
 }
 COMPARED = (('lisa-pvt-t', 'pvt-t'), ('lisa-pvt-t', 'flatten-pvt-t'), ('flatten-pvt-t', 'pvt-t'))
+COLORS = {'pvt-t': 'C0', 'flatten-pvt-t': 'C1', 'lisa-pvt-t': 'C2'}
 PHASE_TITLES = {'test': 'from scratch', 'longer': 'from scratch, twice the iterations',
                 'softmax-start': 'from the same softmax PVT-T'}
 
@@ -36,9 +37,9 @@ def label(backbone: str, variant: str = '') -> str:
     return LABELS[backbone] + (f' {variant}' if variant else '')
 
 
-def cell(d: Interval, signed: bool = True) -> str:
+def cell(d: Interval, signed: bool = True, digits: int = 2) -> str:
     """A paired difference, **bold** where its interval excludes 0."""
-    text = d.format(2, signed=signed)
+    text = d.format(digits, signed=signed)
     return f'**{text}**' if signed and d.excludes_zero else text
 
 
@@ -48,11 +49,18 @@ def reading(d: Interval) -> str:
     return ('higher' if d.low > 0 else 'lower') if d.excludes_zero else 'no difference found'
 
 
-def comparison_rows(rows: Sequence[dict], dataset: str, phase: str) -> list[tuple[str, str, Interval]]:
-    """``(a, b, a - b)`` for each pair of :data:`COMPARED` that both have runs of ``phase``."""
+def final_loss(rows: Sequence[dict]) -> dict[int, float]:
+    """Per draw the last logged training loss (MMEngine's mean over the logging interval)."""
+    return {r['draw']: r['loss'][-1] for r in rows}
+
+
+def comparison_rows(rows: Sequence[dict], dataset: str, phase: str,
+                    of=per_draw) -> list[tuple[str, str, Interval]]:
+    """``(a, b, a - b)`` for each pair of :data:`COMPARED` that both have runs of ``phase``, of the mIoU (or
+    of what ``of`` takes from the rows: :func:`final_loss`)."""
     out = []
     for a, b in COMPARED:
-        ra, rb = (per_draw(select(rows, dataset=dataset, phase=phase, backbone=x, variant='')) for x in (a, b))
+        ra, rb = (of(select(rows, dataset=dataset, phase=phase, backbone=x, variant='')) for x in (a, b))
         if set(ra) & set(rb):
             out.append((a, b, paired_difference(ra, rb)))
     return out
@@ -72,9 +80,12 @@ def phase_section(rows: Sequence[dict], dataset: str, phase: str) -> list[str]:
             final = mean_interval([r['loss'][-1] for r in rs])
             out.append(f"| {LABELS[backbone]} | {rs[0]['lr']:g} | {mean_interval([r['mIoU'] for r in rs]).format(2)} "
                        f"| {len(rs)} | {final.format(3)} | {np.mean([r['seconds'] for r in rs]):.0f} |")
-    out += ['', '| paired difference (mIoU points) | mean [95 %] | draws | reading |', '|---|---|---|---|']
-    for a, b, d in comparison_rows(rows, dataset, phase):
-        out.append(f'| {LABELS[a]} - {LABELS[b]} | {cell(d)} | {d.n} | {reading(d)} |')
+    out += ['', '| paired difference | mIoU points, mean [95 %] | reading | final training loss | reading | draws |',
+            '|---|---|---|---|---|---|']
+    for (a, b, d), (*_, loss) in zip(comparison_rows(rows, dataset, phase),
+                                     comparison_rows(rows, dataset, phase, final_loss)):
+        out.append(f'| {LABELS[a]} - {LABELS[b]} | {cell(d)} | {reading(d)} | {cell(loss, digits=3)} '
+                   f'| {reading(loss)} | {d.n} |')
     return out + ['']
 
 
@@ -88,12 +99,16 @@ def ablation_section(rows: Sequence[dict], dataset: str) -> list[str]:
     out = [f'### {DATASET_TITLES[dataset]}: LiSA-PVT-T with one part changed (from scratch)', '',
            'Each variant at LiSA-PVT-T\'s chosen lr on the same test draws; a difference to LiSA-PVT-T that excludes 0 '
            'is a part that moves the result, and the last column is the gap to PVT-T that remains.', '',
-           '| variant | change | mIoU, mean [95 %] | - LiSA-PVT-T | - PVT-T | draws |', '|---|---|---|---|---|---|']
+           '| variant | change | mIoU, mean [95 %] | - LiSA-PVT-T | - PVT-T | final loss - LiSA-PVT-T\'s | draws |',
+           '|---|---|---|---|---|---|---|']
+    lisa_loss = final_loss(select(rows, dataset=dataset, phase='test', backbone='lisa-pvt-t', variant=''))
     for v in variants:
-        own = per_draw(select(rows, dataset=dataset, phase='ablate', variant=v))
+        runs = select(rows, dataset=dataset, phase='ablate', variant=v)
+        own, loss = per_draw(runs), final_loss(runs)
         against = [cell(paired_difference(own, ref)) if set(own) & set(ref) else 'n/a' for ref in (lisa, pvt)]
+        against.append(cell(paired_difference(loss, lisa_loss), digits=3) if set(loss) & set(lisa_loss) else 'n/a')
         out.append(f'| {v} | {ABLATIONS[v][1]} | {mean_interval(list(own.values())).format(2)} | {against[0]} '
-                   f'| {against[1]} | {len(own)} |')
+                   f'| {against[1]} | {against[2]} | {len(own)} |')
     return out + ['']
 
 
@@ -125,7 +140,9 @@ def findings(rows: Sequence[dict]) -> list[str]:
         for phase in ('test', 'longer', 'softmax-start'):
             found = comparison_rows(rows, dataset, phase)
             if found:
-                parts = [f'{LABELS[a]} - {LABELS[b]} {cell(d)} ({reading(d)})' for a, b, d in found]
+                parts = [f'{LABELS[a]} - {LABELS[b]} {cell(d)} mIoU ({reading(d)}), final training loss '
+                         f'{cell(loss, digits=3)} ({reading(loss)})'
+                         for (a, b, d), (*_, loss) in zip(found, comparison_rows(rows, dataset, phase, final_loss))]
                 n = max(d.n for *_, d in found)
                 out.append(f'- {DATASET_TITLES[dataset]}, {PHASE_TITLES[phase]}, {n} paired draws: ' + '; '.join(parts)
                            + '.')
@@ -187,40 +204,67 @@ def protocol(rows: Sequence[dict]) -> list[str]:
         'interval, bold where it excludes 0; not corrected for multiplicity.',
         weight_decay_bound(rows) if rows else '',
         f'Cost: {seconds / 3600:.1f} core-hours summed over {len(rows)} runs '
-        f"({', '.join(f'{p} {len(select(rows, phase=p))}' for p in PHASES if select(rows, phase=p))}).",
+        f"({', '.join(f'{p} {len(select(rows, phase=p))}' for p in PHASES if select(rows, phase=p))}); two runs "
+        'at a time (the default) take about half that on 2 cores.',
     ]
     return [line for i, item in enumerate(filter(None, items), 1) for line in (f'{i}. {item}', '')]
 
 
-def curve_band(rows: Sequence[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Steps, mean loss and its 95 % half-width over ``rows`` at the steps all of them logged."""
-    steps = sorted(set.intersection(*(set(r['loss_step']) for r in rows)))
-    losses = np.array([[dict(zip(r['loss_step'], r['loss']))[s] for s in steps] for r in rows])
+def curve_band(rows: Sequence[dict], minus: Sequence[dict] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps, mean training loss over ``rows`` and its 95 % half-width, at the steps every run logged; with
+    ``minus``, of the loss minus that of ``minus``'s run on the same draw (paired; the draws both hold)."""
+    other = {r['draw']: dict(zip(r['loss_step'], r['loss'])) for r in minus}
+    if minus:
+        rows = [r for r in rows if r['draw'] in other]
+    logged = [dict(zip(r['loss_step'], r['loss'])) for r in rows]
+    steps = sorted(set.intersection(*(set(x) for x in logged + [other[r['draw']] for r in rows if minus])))
+    losses = np.array([[x[s] - (other[r['draw']][s] if minus else 0.0) for s in steps] for r, x in zip(rows, logged)])
     intervals = [mean_interval(list(column)) for column in losses.T]
     return (np.array(steps), np.array([i.mean for i in intervals]),
             np.array([i.high - i.mean if i.n > 1 else 0.0 for i in intervals]))
 
 
+def _band(ax, rows: Sequence[dict], name: str, style: str = '-', minus: Sequence[dict] = (),
+          color: str | None = None) -> None:
+    if rows and (not minus or {r['draw'] for r in rows} & {r['draw'] for r in minus}):
+        steps, mean, half = curve_band(rows, minus)
+        line, = ax.plot(steps, mean, style, lw=1.2, color=color, label=f'{name} ({len(rows)})')
+        ax.fill_between(steps, mean - half, mean + half, color=line.get_color(), alpha=0.15)
+
+
 def plot(rows: Sequence[dict], path: Path) -> None:
-    """Loss curves, one panel per dataset and phase: the mean training loss of each backbone over its draws
-    with the 95 % band; the ablations dashed in the from-scratch panel."""
+    """Loss curves, mean and 95 % band over the draws, per dataset and phase: each backbone's training loss;
+    from scratch also each backbone's loss minus PVT-T's and each ablation's minus LiSA-PVT-T's, paired by draw."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    panels = [(d, p) for d in DATASET_TITLES for p in PHASE_TITLES if select(rows, dataset=d, phase=p)]
-    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 4), squeeze=False)
-    for ax, (dataset, phase) in zip(axes[0], panels):
-        groups = [(LABELS[b], select(rows, dataset=dataset, phase=phase, backbone=b, variant=''), '-')
-                  for b in BACKBONES]
-        if phase == 'test':
-            groups += [(v, select(rows, dataset=dataset, phase='ablate', variant=v), '--') for v in ABLATIONS]
-        for name, rs, style in groups:
-            if rs:
-                steps, mean, half = curve_band(rs)
-                line, = ax.plot(steps, mean, style, lw=1.2, label=f'{name} ({len(rs)})')
-                ax.fill_between(steps, mean - half, mean + half, color=line.get_color(), alpha=0.15)
-        ax.set(title=f'{DATASET_TITLES[dataset]}: {PHASE_TITLES[phase]}', xlabel='iteration', ylabel='training loss',
-               yscale='log')
+    panels = []
+    for dataset in DATASET_TITLES:
+        for phase in PHASE_TITLES:
+            if select(rows, dataset=dataset, phase=phase):
+                panels.append((dataset, phase, 'loss'))
+                if phase == 'test':
+                    panels.append((dataset, phase, 'minus PVT-T'))
+                    if select(rows, dataset=dataset, phase='ablate'):
+                        panels.append((dataset, 'ablate', 'minus LiSA-PVT-T'))
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.6 * max(len(panels), 1), 4), squeeze=False)
+    for ax, (dataset, phase, kind) in zip(axes[0], panels):
+        of = {b: select(rows, dataset=dataset, phase='test' if phase == 'ablate' else phase, backbone=b, variant='')
+              for b in BACKBONES}
+        if kind == 'loss':
+            for b in BACKBONES:
+                _band(ax, of[b], LABELS[b], color=COLORS[b])
+            ax.set_yscale('log')
+        elif kind == 'minus PVT-T':
+            for b in ('flatten-pvt-t', 'lisa-pvt-t'):
+                _band(ax, of[b], LABELS[b], minus=of['pvt-t'], color=COLORS[b])
+        else:
+            for v in ABLATIONS:
+                _band(ax, select(rows, dataset=dataset, phase='ablate', variant=v), v, '--', minus=of['lisa-pvt-t'])
+        if kind != 'loss':
+            ax.axhline(0, color='grey', lw=0.8)
+        ax.set(title=f"{DATASET_TITLES[dataset]}: {PHASE_TITLES.get(phase, 'ablations')}", xlabel='iteration',
+               ylabel='training loss' + ('' if kind == 'loss' else f', {kind} (paired)'))
         ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
