@@ -28,11 +28,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..analysis.scalars import run_metric, training_values
+from ..long_range.sweep import run_pool
 from ..synthetic import generate
 from .draws import write_draw
 
@@ -224,13 +224,7 @@ def execute(items: list[dict], rows: list[dict], rows_path: Path, data: Path, wo
             f"draw {item['draw']} {item['iters']} it: mIoU {row['mIoU']:.2f} in {row['seconds']:.0f} s")
 
     rows_path.parent.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(jobs) as pool:
-        futures = [pool.submit(one, item) for item in todo]
-        for future in as_completed(futures):
-            if future.exception():
-                for f in futures:
-                    f.cancel()
-                raise future.exception()
+    run_pool(one, todo, jobs)
 
 
 def run_study(plan: Plan, rows_path: Path, data: Path, work_dir: Path, jobs: int = 2, threads: int = 1,

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,8 +251,14 @@ def execute(items: list[dict], rows: list[dict], rows_path: Path, setting: Setti
               f"{item['run']}: {report.per_run(scored(new))[item['run']]:.1f} % in {new[0]['seconds']:.0f} s",
               flush=True)
 
+    run_pool(one, todo, jobs)
+
+
+def run_pool(one: Callable[[dict], None], items: list[dict], jobs: int) -> None:
+    """``one(item)`` for each item, ``jobs`` at a time; the first failure is raised once the runs under way
+    end, and the items not yet started do not start."""
     with ThreadPoolExecutor(jobs) as pool:
-        futures = [pool.submit(one, item) for item in todo]
+        futures = [pool.submit(one, item) for item in items]
         for future in as_completed(futures):
             if future.exception():
                 for f in futures:
